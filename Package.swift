@@ -1,0 +1,51 @@
+// swift-tools-version:6.0
+import PackageDescription
+import Foundation
+
+/// HEIC/AVIF support through libheif is optional: build with `LUMEN_HEIF=1` in the
+/// environment (and `libheif-dev` installed) to turn it on. Without it the package builds
+/// and HEIC/AVIF input is reported as `unsupportedFormat`.
+let heifEnabled = ProcessInfo.processInfo.environment["LUMEN_HEIF"] == "1"
+
+var imagingDependencies: [Target.Dependency] = [
+    "CTurboJPEG", "CSpng", "CWebP", "CGif", "CLcms2", "CCrypto", "CLumenShim",
+]
+var imagingSettings: [SwiftSetting] = []
+var extraTargets: [Target] = []
+if heifEnabled {
+    imagingDependencies.append("CHeif")
+    imagingSettings.append(.define("LUMEN_HEIF"))
+    extraTargets.append(
+        .systemLibrary(name: "CHeif", pkgConfig: "libheif", providers: [.apt(["libheif-dev"])])
+    )
+}
+
+let package = Package(
+    name: "Lumen",
+    products: [
+        .library(name: "Lumen", targets: ["Lumen"]),
+        .library(name: "LumenTestSupport", targets: ["LumenTestSupport"]),
+        .executable(name: "lumen", targets: ["lumen"]),
+    ],
+    targets: [
+        // System libraries (Debian packages, found through pkg-config).
+        .systemLibrary(name: "CTurboJPEG", pkgConfig: "libturbojpeg", providers: [.apt(["libturbojpeg0-dev"])]),
+        .systemLibrary(name: "CSpng", pkgConfig: "spng", providers: [.apt(["libspng-dev"])]),
+        .systemLibrary(name: "CWebP", pkgConfig: "libwebpdemux", providers: [.apt(["libwebp-dev"])]),
+        .systemLibrary(name: "CGif", pkgConfig: "libgif", providers: [.apt(["libgif-dev"])]),
+        .systemLibrary(name: "CLcms2", pkgConfig: "lcms2", providers: [.apt(["liblcms2-dev"])]),
+        .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        // Small C shim for what Swift cannot call directly (function-like macros).
+        .target(name: "CLumenShim", dependencies: ["CTurboJPEG", "CSpng", "CWebP", "CGif", "CLcms2"]),
+        // The Linux imaging engine: the only Swift target that imports the C libraries.
+        .target(name: "LumenImaging", dependencies: imagingDependencies, swiftSettings: imagingSettings),
+        // The pipeline: work graph, caches, loading, prefetching.
+        .target(name: "Lumen", dependencies: ["LumenImaging"]),
+        // Test doubles shipped for Lumen's users: fake data loader, loopback HTTP server.
+        .target(name: "LumenTestSupport", dependencies: ["Lumen"]),
+        // The command-line tool: demo, thumbnail, bench. A thin client of the public API.
+        .executableTarget(name: "lumen", dependencies: ["Lumen", "LumenTestSupport"]),
+        .testTarget(name: "LumenImagingTests", dependencies: ["LumenImaging"]),
+        .testTarget(name: "LumenTests", dependencies: ["Lumen", "LumenTestSupport"]),
+    ] + extraTargets
+)

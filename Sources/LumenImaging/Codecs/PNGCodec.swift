@@ -1,0 +1,20 @@
+import Foundation
+
+/// PNG decoding and encoding. (Being written: reports every input as unsupported for now.)
+enum PNGCodec: ImageCodec {
+    static func readHeader(_ data: UnsafeRawBufferPointer, options: DecodeOptions) throws(ImagingError) -> ImageHeader {
+        throw .unsupportedFormat
+    }
+
+    static func decode(
+        _ data: UnsafeRawBufferPointer, header: ImageHeader, minimumSize: PixelSize?, options: DecodeOptions
+    ) throws(ImagingError) -> CodecOutput {
+        throw .unsupportedFormat
+    }
+}
+
+extension PNGCodec {
+    static func encode(_ image: Bitmap) throws(ImagingError) -> Data {
+        throw .encodingFailed(reason: "PNG encoder not built yet")
+    }
+}

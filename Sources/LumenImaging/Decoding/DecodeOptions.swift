@@ -1,0 +1,77 @@
+/// How a target size is filled.
+public enum ContentMode: String, Sendable, Hashable {
+    /// Scale so the whole image fits inside the target; the result may be smaller on one side.
+    case aspectFit
+    /// Scale so the image covers the target, then crop the centre: the result is exactly the
+    /// target size (unless upscaling is off and the image is smaller).
+    case aspectFill
+}
+
+/// The size an image should be decoded at.
+public enum DecodeSize: Sendable, Hashable {
+    /// The longest side at most `n` pixels, aspect ratio kept.
+    case maxPixelSize(Int)
+    /// A target size in pixels with a content mode.
+    case size(width: Int, height: Int, contentMode: ContentMode)
+}
+
+/// How hard the decoder shrinks while decoding (JPEG DCT scaling, WebP scaled decode) before
+/// the resampler produces the exact size.
+///
+/// The decoder picks the smallest codec scale whose output is at least `factor` times the
+/// target on both sides. `1` is the hardest pre-shrink (fastest; the codec's own downscale
+/// does most of the work); `2` keeps twice the target for the resampler (sharper, slower).
+public struct Preshrink: Sendable, Hashable {
+    /// Minimum ratio between the codec's output and the target size, at least 1.
+    public var factor: Double
+
+    public init(factor: Double) {
+        precondition(factor >= 1, "Preshrink: factor must be at least 1, got \(factor)")
+        self.factor = factor
+    }
+
+    /// Fastest: decode at the smallest scale that still covers the target.
+    public static let fastest = Preshrink(factor: 1)
+    /// Keeps at least 1.5× the target for the resampler.
+    public static let balanced = Preshrink(factor: 1.5)
+    /// Keeps at least 2× the target for the resampler.
+    public static let sharpest = Preshrink(factor: 2)
+}
+
+/// Options for ``ImageDecoder``.
+public struct DecodeOptions: Sendable, Hashable {
+    /// The size to decode at; `nil` decodes at full size. Default `nil`.
+    public var size: DecodeSize?
+    /// Whether a target larger than the image scales it up. Default `false`.
+    public var allowsUpscaling: Bool
+    /// The pre-shrink rule. Default ``Preshrink/fastest``.
+    public var preshrink: Preshrink
+    /// The largest decoded image allowed, in pixels, checked from the header before pixels are
+    /// allocated. For animations decoded frame by frame the limit applies to frames × area.
+    /// Default 100 megapixels.
+    public var maximumPixelCount: Int
+    /// Whether EXIF orientation is applied so that the output is upright. Default `true`.
+    public var appliesOrientation: Bool
+    /// Whether an embedded ICC profile is converted to sRGB. Default `true`.
+    public var convertsColorProfile: Bool
+    /// The most scans a progressive JPEG may have before it is refused as hostile. Default 100.
+    public var maximumProgressiveScans: Int
+
+    public init(
+        size: DecodeSize? = nil,
+        allowsUpscaling: Bool = false,
+        preshrink: Preshrink = .fastest,
+        maximumPixelCount: Int = 100_000_000,
+        appliesOrientation: Bool = true,
+        convertsColorProfile: Bool = true,
+        maximumProgressiveScans: Int = 100
+    ) {
+        self.size = size
+        self.allowsUpscaling = allowsUpscaling
+        self.preshrink = preshrink
+        self.maximumPixelCount = maximumPixelCount
+        self.appliesOrientation = appliesOrientation
+        self.convertsColorProfile = convertsColorProfile
+        self.maximumProgressiveScans = maximumProgressiveScans
+    }
+}

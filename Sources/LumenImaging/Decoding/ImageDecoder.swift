@@ -1,0 +1,305 @@
+import Foundation
+
+/// What a header says about an image, read without decoding pixels.
+public struct ImageInfo: Sendable, Hashable {
+    /// The encoded format.
+    public var format: ImageFormat
+    /// Upright width in pixels (after EXIF orientation), the canvas width for animations.
+    public var width: Int
+    /// Upright height in pixels.
+    public var height: Int
+    /// Whether the image has an alpha channel.
+    public var hasAlpha: Bool
+    /// The stored EXIF orientation (`.up` when absent).
+    public var orientation: ImageOrientation
+    /// Number of frames when the header says so cheaply (1 for still images; may be 1 for an
+    /// animation whose frames are only counted while decoding).
+    public var frameCount: Int
+}
+
+/// How a decode went: what the codec produced before the resampler ran.
+public struct DecodeStatistics: Sendable, Hashable {
+    /// The encoded format.
+    public var format: ImageFormat
+    /// The image's natural upright size.
+    public var originalWidth: Int
+    public var originalHeight: Int
+    /// The size the codec decoded at, in stored orientation (smaller than the original when
+    /// JPEG DCT scaling or WebP scaled decoding shrank it).
+    public var codecWidth: Int
+    public var codecHeight: Int
+    /// The stored EXIF orientation that was applied (or would have been).
+    public var orientation: ImageOrientation
+    /// Whether the resampler ran after the codec.
+    public var isResampled: Bool
+
+    /// The codec's linear scale against the original, 1 for a full-size decode.
+    public var codecScale: Double {
+        let stored = orientation.swapsDimensions ? originalHeight : originalWidth
+        return Double(codecWidth) / Double(stored)
+    }
+}
+
+/// A decoded still image.
+public struct DecodedImage: Sendable {
+    /// Upright pixels at the requested size.
+    public var bitmap: Bitmap
+    /// `true` when the data was incomplete (a truncated progressive JPEG) and this is the
+    /// full-frame preview the decoder could recover.
+    public var isPartial: Bool
+    /// How the decode went.
+    public var statistics: DecodeStatistics
+}
+
+/// One frame of an animation, composited onto the canvas.
+public struct AnimationFrame: Sendable {
+    /// The whole canvas after this frame was drawn (disposal and transparency applied).
+    public var bitmap: Bitmap
+    /// How long the frame is shown, in seconds.
+    public var duration: Double
+}
+
+/// Decodes JPEG, PNG, WebP, GIF (and HEIC/AVIF when built with libheif) into upright,
+/// right-sized ``Bitmap``s.
+///
+/// Every entry point is safe to call concurrently from many threads: each call owns its C
+/// handles for its whole duration. Decoding is synchronous CPU work; callers that care about
+/// the cooperative pool run it on their own workers.
+public enum ImageDecoder {
+    /// Reads the header of `data`: format, upright size, alpha, orientation.
+    /// - Throws: ``ImagingError``.
+    public static func info(for data: Data) throws(ImagingError) -> ImageInfo {
+        try withBytes(data) { bytes throws(ImagingError) in
+            let header = try header(for: bytes, options: DecodeOptions())
+            return header.info
+        }
+    }
+
+    /// Decodes the first frame of `data` at the size `options` asks for, upright.
+    ///
+    /// The pixel limit is checked from the header before any pixels are allocated. JPEG is
+    /// decoded at the largest DCT scale that still covers the target (per the pre-shrink rule),
+    /// WebP scales while decoding, and then the resampler produces the exact size.
+    /// - Throws: ``ImagingError``.
+    public static func decode(_ data: Data, options: DecodeOptions = DecodeOptions()) throws(ImagingError) -> DecodedImage {
+        try withBytes(data) { bytes throws(ImagingError) in
+            let header = try header(for: bytes, options: options)
+            try checkLimit(header, frames: 1, options: options)
+            let geometry = Geometry(header: header, options: options)
+            let output = try codec(for: header.format).decode(
+                bytes, header: header, minimumSize: geometry.minimumCodecSize, options: options)
+            let codecWidth = output.bitmap.width, codecHeight = output.bitmap.height
+            var isResampled = false
+            let bitmap = geometry.finish(output.bitmap, orientation: options.appliesOrientation ? header.orientation : .up, resampled: &isResampled)
+            return DecodedImage(
+                bitmap: bitmap, isPartial: output.isPartial,
+                statistics: DecodeStatistics(
+                    format: header.format, originalWidth: header.info.width, originalHeight: header.info.height,
+                    codecWidth: codecWidth, codecHeight: codecHeight,
+                    orientation: header.orientation, isResampled: isResampled))
+        }
+    }
+
+    /// Decodes every frame of an animation (GIF, animated WebP, APNG's first frame only),
+    /// composited onto the canvas, upright and sized as `options` asks; a still image gives one
+    /// frame. Frames × canvas area is checked against ``DecodeOptions/maximumPixelCount``.
+    /// - Throws: ``ImagingError``.
+    public static func decodeFrames(_ data: Data, options: DecodeOptions = DecodeOptions()) throws(ImagingError) -> [AnimationFrame] {
+        try withBytes(data) { bytes throws(ImagingError) in
+            let header = try header(for: bytes, options: options)
+            try checkLimit(header, frames: header.frameCount, options: options)
+            let geometry = Geometry(header: header, options: options)
+            let frames = try codec(for: header.format).decodeFrames(bytes, header: header, options: options)
+            let orientation = options.appliesOrientation ? header.orientation : .up
+            return frames.map { frame in
+                var resampled = false
+                return AnimationFrame(bitmap: geometry.finish(frame.bitmap, orientation: orientation, resampled: &resampled), duration: frame.duration)
+            }
+        }
+    }
+
+    /// The upright output size a decode with `options` gives for an image whose upright size is
+    /// `width`×`height`.
+    public static func outputSize(width: Int, height: Int, options: DecodeOptions) -> (width: Int, height: Int) {
+        let g = Geometry(uprightWidth: width, uprightHeight: height, swaps: false, options: options)
+        return (g.cropWidth, g.cropHeight)
+    }
+
+    // MARK: - Internals
+
+    static func withBytes<T>(_ data: Data, _ body: (UnsafeRawBufferPointer) throws(ImagingError) -> T) throws(ImagingError) -> T {
+        do {
+            return try data.withUnsafeBytes { bytes in try body(bytes) }
+        } catch let error as ImagingError {
+            throw error
+        } catch {
+            throw ImagingError.corrupted(reason: "\(error)")
+        }
+    }
+
+    static func header(for bytes: UnsafeRawBufferPointer, options: DecodeOptions) throws(ImagingError) -> ImageHeader {
+        guard let format = ImageFormat(sniffing: bytes) else { throw .unsupportedFormat }
+        let header = try codec(for: format).readHeader(bytes, options: options)
+        guard header.width > 0, header.height > 0 else {
+            throw .corrupted(reason: "header declares an empty \(header.width)x\(header.height) image")
+        }
+        return header
+    }
+
+    static func checkLimit(_ header: ImageHeader, frames: Int, options: DecodeOptions) throws(ImagingError) {
+        let (area, overflow1) = header.width.multipliedReportingOverflow(by: header.height)
+        let (total, overflow2) = area.multipliedReportingOverflow(by: max(frames, 1))
+        if overflow1 || overflow2 || total > options.maximumPixelCount {
+            throw .tooLarge(width: header.width, height: header.height)
+        }
+    }
+
+    static func codec(for format: ImageFormat) throws(ImagingError) -> any ImageCodec.Type {
+        switch format {
+        case .jpeg: return JPEGCodec.self
+        case .png: return PNGCodec.self
+        case .webp: return WebPCodec.self
+        case .gif: return GIFCodec.self
+        case .heic, .avif:
+            #if LUMEN_HEIF
+            return HEIFCodec.self
+            #else
+            throw .unsupportedFormat
+            #endif
+        }
+    }
+}
+
+/// The target geometry of one decode: codec minimum, resample size, crop.
+struct Geometry {
+    /// Size to resample to, upright.
+    var scaledWidth: Int, scaledHeight: Int
+    /// Final size after the centre crop (aspect fill), upright.
+    var cropWidth: Int, cropHeight: Int
+    /// The smallest codec output (stored orientation) that still covers the target under the
+    /// pre-shrink rule; `nil` for a full-size decode.
+    var minimumCodecSize: PixelSize?
+
+    init(header: ImageHeader, options: DecodeOptions) {
+        let swaps = options.appliesOrientation && header.orientation.swapsDimensions
+        self.init(
+            uprightWidth: swaps ? header.height : header.width,
+            uprightHeight: swaps ? header.width : header.height,
+            swaps: swaps, options: options)
+    }
+
+    init(uprightWidth w: Int, uprightHeight h: Int, swaps: Bool, options: DecodeOptions) {
+        var scale: Double
+        var fill = false
+        var target = (w, h)
+        switch options.size {
+        case nil:
+            scale = 1
+        case .maxPixelSize(let n):
+            scale = Double(max(n, 1)) / Double(max(w, h))
+        case .size(let tw, let th, let mode):
+            target = (max(tw, 1), max(th, 1))
+            let sx = Double(target.0) / Double(w), sy = Double(target.1) / Double(h)
+            fill = mode == .aspectFill
+            scale = fill ? max(sx, sy) : min(sx, sy)
+        }
+        if scale > 1 && !options.allowsUpscaling { scale = 1 }
+        scaledWidth = max(1, Int((Double(w) * scale).rounded()))
+        scaledHeight = max(1, Int((Double(h) * scale).rounded()))
+        if fill {
+            cropWidth = min(target.0, scaledWidth)
+            cropHeight = min(target.1, scaledHeight)
+        } else {
+            cropWidth = scaledWidth
+            cropHeight = scaledHeight
+        }
+        if scale < 1 {
+            let f = options.preshrink.factor
+            let mw = min(w, Int((Double(scaledWidth) * f).rounded(.up)))
+            let mh = min(h, Int((Double(scaledHeight) * f).rounded(.up)))
+            minimumCodecSize = swaps ? PixelSize(width: mh, height: mw) : PixelSize(width: mw, height: mh)
+        } else {
+            minimumCodecSize = nil
+        }
+    }
+
+    /// Resample (in stored orientation, where the image is smallest to move), orient, crop.
+    func finish(_ bitmap: Bitmap, orientation: ImageOrientation, resampled: inout Bool) -> Bitmap {
+        let swaps = orientation.swapsDimensions
+        let tw = swaps ? scaledHeight : scaledWidth
+        let th = swaps ? scaledWidth : scaledHeight
+        var image = bitmap
+        if image.width != tw || image.height != th {
+            image = Resampler.resample(image, width: tw, height: th)
+            resampled = true
+        }
+        image = image.applying(orientation)
+        if cropWidth < image.width || cropHeight < image.height {
+            image = image.cropped(
+                x: (image.width - cropWidth) / 2, y: (image.height - cropHeight) / 2,
+                width: cropWidth, height: cropHeight)
+        }
+        return image
+    }
+}
+
+/// A size in pixels.
+struct PixelSize: Hashable, Sendable {
+    var width: Int
+    var height: Int
+}
+
+/// What a codec reads from a header. `width`/`height` are in stored orientation.
+struct ImageHeader: Sendable {
+    var format: ImageFormat
+    var width: Int
+    var height: Int
+    var hasAlpha: Bool
+    var orientation: ImageOrientation = .up
+    var frameCount: Int = 1
+
+    var info: ImageInfo {
+        ImageInfo(
+            format: format,
+            width: orientation.swapsDimensions ? height : width,
+            height: orientation.swapsDimensions ? width : height,
+            hasAlpha: hasAlpha, orientation: orientation, frameCount: frameCount)
+    }
+}
+
+/// What a codec's decode gives back, in stored orientation.
+struct CodecOutput: Sendable {
+    var bitmap: Bitmap
+    /// Incomplete data, recovered preview.
+    var isPartial: Bool = false
+}
+
+/// One format's decoder. Implementations are stateless; every call creates and destroys its
+/// own C handles, so calls may run concurrently.
+protocol ImageCodec {
+    /// Reads the header (size, alpha, EXIF orientation, frame count if cheap). Must not
+    /// allocate pixel memory.
+    static func readHeader(_ data: UnsafeRawBufferPointer, options: DecodeOptions) throws(ImagingError) -> ImageHeader
+
+    /// Decodes the first frame. When `minimumSize` is given the codec may decode at a reduced
+    /// scale, but its output must be at least that size on both sides. ICC conversion to sRGB
+    /// happens here when `options.convertsColorProfile` is set.
+    static func decode(
+        _ data: UnsafeRawBufferPointer, header: ImageHeader, minimumSize: PixelSize?, options: DecodeOptions
+    ) throws(ImagingError) -> CodecOutput
+
+    /// Decodes every frame composited onto the canvas, at full size. Must enforce
+    /// `options.maximumPixelCount` against frames × canvas area as frames are discovered.
+    static func decodeFrames(
+        _ data: UnsafeRawBufferPointer, header: ImageHeader, options: DecodeOptions
+    ) throws(ImagingError) -> [AnimationFrame]
+}
+
+extension ImageCodec {
+    static func decodeFrames(
+        _ data: UnsafeRawBufferPointer, header: ImageHeader, options: DecodeOptions
+    ) throws(ImagingError) -> [AnimationFrame] {
+        let output = try decode(data, header: header, minimumSize: nil, options: options)
+        return [AnimationFrame(bitmap: output.bitmap, duration: 0)]
+    }
+}

@@ -1,0 +1,48 @@
+import Foundation
+
+/// An encoded image format, recognised by magic bytes.
+public enum ImageFormat: String, Sendable, Hashable, CaseIterable {
+    case jpeg, png, webp, gif, heic, avif
+
+    /// The format of `data`, from its first bytes; `nil` when no supported format matches.
+    /// The file name or MIME type is never consulted.
+    public init?(sniffing data: Data) {
+        guard let format = data.withUnsafeBytes({ ImageFormat(sniffing: $0) }) else { return nil }
+        self = format
+    }
+
+    /// The format of the bytes in `buffer`, or `nil`.
+    public init?(sniffing b: UnsafeRawBufferPointer) {
+        func has(_ bytes: [UInt8], at offset: Int = 0) -> Bool {
+            guard b.count >= offset + bytes.count else { return false }
+            for (i, v) in bytes.enumerated() where b[offset + i] != v { return false }
+            return true
+        }
+        if has([0xFF, 0xD8, 0xFF]) {
+            self = .jpeg
+        } else if has([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]) {
+            self = .png
+        } else if has(Array("RIFF".utf8)) && has(Array("WEBP".utf8), at: 8) {
+            self = .webp
+        } else if has(Array("GIF87a".utf8)) || has(Array("GIF89a".utf8)) {
+            self = .gif
+        } else if has(Array("ftyp".utf8), at: 4), b.count >= 12 {
+            let brand = String(decoding: UnsafeRawBufferPointer(rebasing: b[8..<12]), as: UTF8.self)
+            switch brand {
+            case "avif", "avis": self = .avif
+            case "heic", "heix", "hevc", "hevx", "heim", "heis", "mif1", "msf1": self = .heic
+            default: return nil
+            }
+        } else {
+            return nil
+        }
+    }
+
+    /// The usual file extension.
+    public var fileExtension: String {
+        switch self {
+        case .jpeg: "jpg"
+        default: rawValue
+        }
+    }
+}

@@ -1,0 +1,17 @@
+/// A step that turns one decoded image into another (resize, crop, blur, …).
+///
+/// Two identities make processors cacheable: ``identifier`` is a stable string that goes into
+/// disk-cache keys (it must be the same across launches and machines), ``hashableIdentifier``
+/// is a cheap hashable value for memory keys and for matching shared work.
+public protocol ImageProcessing: Sendable {
+    /// Returns the processed image. Called off the pipeline's owner, on a processing worker.
+    func process(_ image: Bitmap) throws -> Bitmap
+    /// A stable string identity, e.g. `"lumen.resize?w=160&h=160&mode=fit&upscale=0"`.
+    var identifier: String { get }
+    /// A cheap hashable identity; equal values mean equal output for equal input.
+    var hashableIdentifier: AnyHashable { get }
+}
+
+extension ImageProcessing where Self: Hashable {
+    public var hashableIdentifier: AnyHashable { self }
+}

@@ -1,0 +1,3 @@
+import Lumen
+
+print("lumen")
