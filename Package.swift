@@ -8,7 +8,7 @@ import Foundation
 let heifEnabled = ProcessInfo.processInfo.environment["LUMEN_HEIF"] == "1"
 
 var imagingDependencies: [Target.Dependency] = [
-    "CTurboJPEG", "CSpng", "CWebP", "CGif", "CLcms2", "CCrypto", "CLumenShim",
+    "CTurboJPEG", "CSpng", "CWebP", "CGif", "CLcms2", "CLumenShim",
 ]
 var imagingSettings: [SwiftSetting] = []
 var extraTargets: [Target] = []
@@ -40,12 +40,14 @@ let package = Package(
         // The Linux imaging engine: the only Swift target that imports the C libraries.
         .target(name: "LumenImaging", dependencies: imagingDependencies, swiftSettings: imagingSettings),
         // The pipeline: work graph, caches, loading, prefetching.
-        .target(name: "Lumen", dependencies: ["LumenImaging"]),
+        .target(name: "Lumen", dependencies: ["LumenImaging", "CCrypto"]),
         // Test doubles shipped for Lumen's users: fake data loader, loopback HTTP server.
         .target(name: "LumenTestSupport", dependencies: ["Lumen"]),
         // The command-line tool: demo, thumbnail, bench. A thin client of the public API.
         .executableTarget(name: "lumen", dependencies: ["Lumen", "LumenTestSupport"]),
+        // A second process for the disk cache's cross-process tests.
+        .executableTarget(name: "lumen-cache-probe", dependencies: ["Lumen"]),
         .testTarget(name: "LumenImagingTests", dependencies: ["LumenImaging"]),
-        .testTarget(name: "LumenTests", dependencies: ["Lumen", "LumenTestSupport"]),
+        .testTarget(name: "LumenTests", dependencies: ["Lumen", "LumenTestSupport", "lumen-cache-probe"]),
     ] + extraTargets
 )

@@ -1,0 +1,4 @@
+import Lumen
+
+// Writes and reads disk-cache keys from a second process (used by the cache tests).
+print("lumen-cache-probe")
