@@ -1,3 +1,34 @@
+import Foundation
 import Lumen
 
-print("lumen")
+/// `lumen`: Lumen's command-line tool, a thin client of the public API.
+let usage = """
+    usage: lumen <command> [options]
+
+    commands:
+      demo        generate photo-like images, thumbnail them, write a contact sheet
+      thumbnail   make thumbnails of image files (lumen thumbnail --help)
+      bench       side-by-side benchmarks: lumen bench [decode] [--json] [--iterations N]
+    """
+
+let argv = Array(CommandLine.arguments.dropFirst())
+guard let command = argv.first else {
+    printError(usage)
+    exit(2)
+}
+let rest = Array(argv.dropFirst())
+switch command {
+case "demo":
+    exit(DemoCommand.run(rest))
+case "thumbnail":
+    exit(ThumbnailCommand.run(rest))
+case "bench":
+    exit(BenchCommand.run(rest))
+case "bench-child":
+    exit(BenchCommand.child(rest))
+case "help", "--help", "-h":
+    print(usage)
+default:
+    printError("lumen: unknown command '\(command)'\n\(usage)")
+    exit(2)
+}

@@ -118,6 +118,22 @@ public enum ImageDecoder {
         }
     }
 
+    /// Decodes only as far as the codec goes: at the reduced scale (JPEG DCT scaling, WebP
+    /// scaled decoding) that `options` would pick, without resampling, orienting or cropping.
+    ///
+    /// This is the floor that ``decode(_:options:)``'s cost is measured against; the pixels
+    /// are in stored orientation and at least the requested size.
+    /// - Throws: ``ImagingError``.
+    public static func decodeAtCodecScale(_ data: Data, options: DecodeOptions) throws(ImagingError) -> Bitmap {
+        try withBytes(data) { bytes throws(ImagingError) in
+            let header = try header(for: bytes, options: options)
+            try checkLimit(header, frames: 1, options: options)
+            let geometry = Geometry(header: header, options: options)
+            return try codec(for: header.format).decode(
+                bytes, header: header, minimumSize: geometry.minimumCodecSize, options: options).bitmap
+        }
+    }
+
     /// The upright output size a decode with `options` gives for an image whose upright size is
     /// `width`×`height`.
     public static func outputSize(width: Int, height: Int, options: DecodeOptions) -> (width: Int, height: Int) {

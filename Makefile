@@ -1,0 +1,31 @@
+# Lumen's two commands: `make demo` and `make test`. Both install what is missing first.
+SWIFT ?= swift
+# Warnings are errors in every build the Makefile runs.
+SWIFTFLAGS ?= -Xswiftc -warnings-as-errors
+
+.PHONY: deps build release demo test bench clean
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	$(SWIFT) build $(SWIFTFLAGS)
+
+release: deps
+	$(SWIFT) build -c release $(SWIFTFLAGS)
+
+## Build in release mode and run Lumen's main job.
+demo: release
+	$(SWIFT) run -c release --skip-build lumen demo
+
+## Run every test.
+test: deps
+	$(SWIFT) build --build-tests $(SWIFTFLAGS)
+	$(SWIFT) test --skip-build
+
+## Side-by-side benchmarks (release build).
+bench: release
+	$(SWIFT) run -c release --skip-build lumen bench
+
+clean:
+	$(SWIFT) package clean

@@ -1,0 +1,52 @@
+import Foundation
+import Lumen
+
+/// `lumen bench [scenario...] [--json] [--iterations N]`: side-by-side benchmarks, each
+/// measuring Lumen and its baseline in the same run and printing ratios.
+enum BenchCommand {
+    static let scenarios = ["decode"]
+
+    static func run(_ argv: [String]) -> Int32 {
+        let args: Arguments
+        let iterations: Int
+        do {
+            args = try Arguments(argv, valueOptions: ["iterations"], flagOptions: ["json"])
+            iterations = try args.int("iterations", range: 1...1000) ?? 5
+            for s in args.positionals where !scenarios.contains(s) {
+                throw UsageError("unknown scenario '\(s)' (known: \(scenarios.joined(separator: ", ")))")
+            }
+        } catch {
+            printError("lumen bench: \(error)\nusage: lumen bench [\(scenarios.joined(separator: "|"))]... [--json] [--iterations N]")
+            return 2
+        }
+        let chosen = args.positionals.isEmpty ? scenarios : args.positionals
+        do {
+            for scenario in chosen {
+                switch scenario {
+                case "decode": try BenchDecode.run(json: args.flag("json"), iterations: iterations)
+                default: break
+                }
+            }
+            return 0
+        } catch {
+            printError("lumen bench: \(error)")
+            return 1
+        }
+    }
+
+    /// Entry point of a benchmark child process (`lumen bench-child …`).
+    static func child(_ argv: [String]) -> Int32 {
+        guard argv.count >= 5, argv[0] == "decode", let variant = BenchDecode.Variant(rawValue: argv[1]),
+              let iterations = Int(argv[2]), let threads = Int(argv[3]) else {
+            printError("lumen bench-child: bad arguments")
+            return 2
+        }
+        do {
+            try BenchDecode.child(variant: variant, files: argv[4...].map { URL(fileURLWithPath: $0) }, iterations: iterations, threads: threads)
+            return 0
+        } catch {
+            printError("lumen bench-child: \(error)")
+            return 1
+        }
+    }
+}

@@ -1,0 +1,84 @@
+import Foundation
+
+/// A usage error: the command prints it with the usage text and exits with status 2.
+struct UsageError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Minimal argument parsing: `--flag`, `--option value` / `--option=value`, positionals.
+struct Arguments {
+    private(set) var positionals: [String] = []
+    private var options: [String: String] = [:]
+    private var flags: Set<String> = []
+
+    /// Parses `arguments`; `valueOptions` take a value, `flagOptions` don't. Anything else
+    /// starting with `--` is a usage error.
+    init(_ arguments: [String], valueOptions: Set<String>, flagOptions: Set<String>) throws {
+        var i = 0
+        while i < arguments.count {
+            let arg = arguments[i]
+            if arg == "--" {
+                positionals += arguments[(i + 1)...]
+                break
+            }
+            if arg.hasPrefix("--") {
+                var name = String(arg.dropFirst(2))
+                var value: String?
+                if let eq = name.firstIndex(of: "=") {
+                    value = String(name[name.index(after: eq)...])
+                    name = String(name[..<eq])
+                }
+                if flagOptions.contains(name) {
+                    guard value == nil else { throw UsageError("--\(name) takes no value") }
+                    flags.insert(name)
+                } else if valueOptions.contains(name) {
+                    if value == nil {
+                        i += 1
+                        guard i < arguments.count else { throw UsageError("--\(name) needs a value") }
+                        value = arguments[i]
+                    }
+                    options[name] = value
+                } else {
+                    throw UsageError("unknown option --\(name)")
+                }
+            } else {
+                positionals.append(arg)
+            }
+            i += 1
+        }
+    }
+
+    func flag(_ name: String) -> Bool { flags.contains(name) }
+    func string(_ name: String) -> String? { options[name] }
+
+    func int(_ name: String, range: ClosedRange<Int>) throws -> Int? {
+        guard let s = options[name] else { return nil }
+        guard let v = Int(s), range.contains(v) else {
+            throw UsageError("--\(name) must be a whole number in \(range.lowerBound)...\(range.upperBound), got '\(s)'")
+        }
+        return v
+    }
+}
+
+/// Writes a line to standard error.
+func printError(_ message: String) {
+    FileHandle.standardError.write(Data((message + "\n").utf8))
+}
+
+/// Whether standard output is a terminal (progress bars only then).
+var isStandardOutputTerminal: Bool { isatty(STDOUT_FILENO) != 0 }
+
+/// Seconds since an arbitrary point, monotonic.
+func monotonicSeconds() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}
+
+/// This process's peak resident set size in bytes.
+func peakResidentBytes() -> Int {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return usage.ru_maxrss * 1024
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Lumen builds against, only those that are missing.
+# Runs as root, or through sudo when not root. Set LUMEN_HEIF=1 to add libheif (HEIC/AVIF).
+set -euo pipefail
+
+packages=(
+    pkg-config          # finds the C libraries for SwiftPM's systemLibrary targets
+    libturbojpeg0-dev   # libjpeg-turbo, TurboJPEG API: JPEG decode at 1/8..1 scale, encode
+    libspng-dev         # libspng: PNG decode/encode
+    libwebp-dev         # libwebp, libwebpdemux, libwebpmux: WebP decode/encode, animation
+    libgif-dev          # giflib: GIF decode
+    liblcms2-dev        # lcms2: ICC profile conversion to sRGB
+    libssl-dev          # OpenSSL libcrypto: SHA-256 names for disk-cache entries
+)
+if [ "${LUMEN_HEIF:-0}" = "1" ]; then
+    packages+=(libheif-dev)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#packages[@]} packages present"
+    exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
+        echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1
+    fi
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
