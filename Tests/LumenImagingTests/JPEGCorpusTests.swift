@@ -119,3 +119,49 @@ struct JPEGCorpusTests {
         }
     }
 }
+
+/// CMYK to RGB: the profile-less formula, and the lcms2 path with a real CMYK profile.
+@Suite(.timeLimit(.minutes(1)))
+struct JPEGCMYKTests {
+    @Test func naiveConversionFollowsInkCoverage() {
+        // (ink C, M, Y, K), 255 = full coverage → expected RGB by R = (1 − C)(1 − K), etc.
+        let inks: [[UInt8]] = [[0, 0, 0, 0], [255, 0, 0, 0], [0, 255, 0, 0], [0, 0, 255, 0], [0, 0, 0, 255], [128, 64, 0, 51]]
+        for ink in inks {
+            let black = 1 - Double(ink[3]) / 255
+            let expected: [Int] = (0..<3).map { k in
+                let colour: Double = 1 - Double(ink[k]) / 255
+                return Int((colour * black * 255).rounded())
+            }
+            let plain = JPEGCodec.naiveRGB(cmyk: ink, width: 1, height: 1, inverted: false).pixels
+            let adobe = JPEGCodec.naiveRGB(cmyk: ink.map { 255 - $0 }, width: 1, height: 1, inverted: true).pixels
+            for k in 0..<3 {
+                #expect(abs(Int(plain[k]) - expected[k]) <= 1, "\(ink)")
+                #expect(abs(Int(adobe[k]) - expected[k]) <= 1, "\(ink) inverted")
+            }
+        }
+    }
+
+    static let systemCMYKProfile = "/usr/share/color/icc/ghostscript/default_cmyk.icc"
+
+    /// Runs only where Ghostscript's CMYK profile is installed (it is not part of the corpus
+    /// and no CMYK profile can be written by hand in a few lines as the RGB ones are).
+    @Test(.enabled(if: FileManager.default.fileExists(atPath: systemCMYKProfile)))
+    func embeddedCMYKProfileIsUsedWithAdobeInversion() throws {
+        let icc = try [UInt8](Data(contentsOf: URL(fileURLWithPath: Self.systemCMYKProfile)))
+        let signature = Array("ICC_PROFILE".utf8) + [0]
+        let chunk = 60_000, count = (icc.count + chunk - 1) / chunk
+        var segments: [(marker: UInt8, payload: [UInt8])] = []
+        for i in 0..<count {
+            let part = Array(icc[(i * chunk)..<min(icc.count, (i + 1) * chunk)])
+            segments.append((0xE2, signature + [UInt8(i + 1), UInt8(count)] + part))
+        }
+        let tagged = CorpusJPEG.inserting(segments, into: try CorpusJPEG.data("real-world/pil_sample_cmyk.jpg"))
+        let rgb = try ImageDecoder.decode(CorpusJPEG.data("real-world/pil_sample_rgb.jpg")).bitmap
+        let managed = try ImageDecoder.decode(tagged).bitmap
+        let naive = try ImageDecoder.decode(tagged, options: DecodeOptions(convertsColorProfile: false)).bitmap
+        // A press profile renders differently from the naive formula (measured ≈ 13 apart), but
+        // the picture is the same: far from the > 100 of a wrongly inverted (negative) image.
+        #expect(CorpusJPEG.meanAbsoluteDifference(managed, naive) > 3)
+        #expect(CorpusJPEG.meanAbsoluteDifference(managed, rgb) < 30)
+    }
+}

@@ -101,19 +101,37 @@ struct JPEGDecodeTests {
         }
     }
 
+    @Test(arguments: [
+        ([0xFF, 0xD8, 0xFF, 0xD9], "no image"),  // SOI, EOI
+        ([0xFF, 0xD8, 0xFF, 0xD8, 0xFF, 0xD9], "second start-of-image"),
+        ([0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x01, 0x00], "bad length"),
+        ([0xFF, 0xD8, 0xFF, 0x42, 0x00, 0x04, 0x00, 0x00], "unknown marker"),
+        ([0xFF, 0xD8, 0xFF, 0xC0, 0x00, 0x0B, 8, 0, 0, 0, 0, 3, 1, 0x11, 0, 0xFF, 0xD9], "no image"),  // frame, no scan
+    ] as [([UInt8], String)])
+    func malformedStructureIsCorrupted(bytes: [UInt8], reason: String) {
+        for call in [{ _ = try ImageDecoder.decode(Data(bytes)) }, { _ = try ImageDecoder.info(for: Data(bytes)) }] {
+            do {
+                try call()
+                Issue.record("decoded \(bytes)")
+            } catch let error as ImagingError {
+                guard case .corrupted(let message) = error else { Issue.record("\(error)"); continue }
+                #expect(message.contains(reason), "\(message)")
+            } catch {
+                Issue.record("untyped \(error)")
+            }
+        }
+    }
+
     @Test func junkAfterTheMagicIsATypedError() {
         var rng = CorpusJPEG.Random(seed: 11)
-        let cases: [[UInt8]] = [
-            [0xFF, 0xD8, 0xFF],
-            [0xFF, 0xD8, 0xFF, 0xD9],  // SOI, EOI: no image
-            [0xFF, 0xD8, 0xFF, 0xD8, 0xFF, 0xD9],  // duplicate SOI
-            [0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x01, 0x00],  // impossible segment length
-            [0xFF, 0xD8, 0xFF, 0xC0, 0x00, 0x0B, 8, 0, 0, 0, 0, 3, 1, 0x11, 0, 0xFF, 0xD9],  // 0×0 frame
-            [0xFF, 0xD8, 0xFF, 0xC4, 0xFF, 0xFF] + Array(repeating: 0xAA, count: 100),
-            [0xFF, 0xD8, 0xFF] + (0..<4096).map { _ in UInt8(truncatingIfNeeded: rng.next()) },
-        ]
-        for bytes in cases {
-            #expect(throws: ImagingError.self, "\(bytes.prefix(8))") { try ImageDecoder.decode(Data(bytes)) }
+        #expect(throws: ImagingError.truncated) { try ImageDecoder.decode(Data([0xFF, 0xD8, 0xFF])) }
+        // A segment longer than the data: indistinguishable from a cut file, so `truncated`.
+        #expect(throws: ImagingError.truncated) {
+            try ImageDecoder.decode(Data([0xFF, 0xD8, 0xFF, 0xC4, 0xFF, 0xFF] + Array(repeating: 0xAA, count: 100)))
+        }
+        for _ in 0..<50 {
+            let bytes: [UInt8] = [0xFF, 0xD8, 0xFF] + (0..<4096).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+            #expect(throws: ImagingError.self) { try ImageDecoder.decode(Data(bytes)) }
             #expect(throws: ImagingError.self) { try ImageDecoder.info(for: Data(bytes)) }
         }
     }

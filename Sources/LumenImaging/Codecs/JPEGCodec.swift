@@ -84,7 +84,7 @@ enum JPEGCodec: ImageCodec {
     }
 
     /// CMYK to RGB without a profile: R = (1 − C)(1 − K), and likewise for G and B.
-    private static func naiveRGB(cmyk: [UInt8], width: Int, height: Int, inverted: Bool) -> Bitmap {
+    static func naiveRGB(cmyk: [UInt8], width: Int, height: Int, inverted: Bool) -> Bitmap {
         let n = width * height
         return cmyk.withUnsafeBufferPointer { src in
             Bitmap(width: width, height: height, format: .rgb8) { dst in

@@ -55,6 +55,9 @@ struct JPEGMarkers {
                 throw .corrupted(reason: "JPEG data has a second start-of-image marker")
             case 0x00, 0x01, 0xD0...0xD7:
                 continue walk  // standalone markers (or a stray stuffed zero)
+            case 0x02...0xBF:
+                // Reserved codes: libjpeg stops on them too. Random junk mostly lands here.
+                throw .corrupted(reason: "JPEG data has an unknown marker 0xFF\(String(marker, radix: 16, uppercase: true))")
             default:
                 break
             }
