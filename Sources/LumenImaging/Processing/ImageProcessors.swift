@@ -72,8 +72,8 @@ extension ImageProcessors {
                     let src = srcBuffer.baseAddress!, dst = dstBuffer.baseAddress!
                     for i in 0..<n {
                         let s = src + i * c, d = dst + i * c
-                        // 8-bit fixed point: 54 + 183 + 19 = 256, so white stays 255.
-                        let y = (54 * UInt32(s[0]) + 183 * UInt32(s[1]) + 19 * UInt32(s[2]) + 128) >> 8
+                        // 16-bit fixed point: 13933 + 46871 + 4732 = 65536, so white stays 255.
+                        let y = (13933 * UInt32(s[0]) + 46871 * UInt32(s[1]) + 4732 * UInt32(s[2]) + 32768) >> 16
                         let g = UInt8(truncatingIfNeeded: y)
                         d[0] = g; d[1] = g; d[2] = g
                         if c == 4 { d[3] = s[3] }
