@@ -108,5 +108,8 @@ struct OrientationTests {
             for x in 0..<5 { #expect(crop.rgba(x: x, y: y) == image.rgba(x: x + 3, y: y + 2)) }
         }
         #expect(image.cropped(x: 0, y: 0, width: 20, height: 10) == image)
+        // Full-width rows (a single block copy).
+        let band = image.cropped(x: 0, y: 3, width: 20, height: 4)
+        #expect(band.pixels == Array(image.pixels[(3 * 20 * 3)..<(7 * 20 * 3)]))
     }
 }
