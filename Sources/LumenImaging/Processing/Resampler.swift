@@ -160,7 +160,7 @@ public enum Resampler {
                 a1 += p[t + 1] * w[t + 1]
                 a2 += p[t + 2] * w[t + 2]
                 a3 += p[t + 3] * w[t + 3]
-                t += 4
+                t &+= 4
             }
             out[x] = (a0 + a1) + (a2 + a3)
         }
