@@ -10,6 +10,12 @@ extension Bitmap {
         let srcRow = bytesPerRow
         return pixels.withUnsafeBufferPointer { src in
             Bitmap(width: w, height: h, format: format) { dst in
+                if w == width {
+                    // Full rows are contiguous: one copy.
+                    UnsafeMutableRawPointer(dst.baseAddress!)
+                        .copyMemory(from: src.baseAddress! + y * srcRow, byteCount: h * srcRow)
+                    return
+                }
                 for row in 0..<h {
                     let s = (y + row) * srcRow + x * c
                     let d = row * w * c

@@ -1,0 +1,36 @@
+extension ImageProcessors {
+    /// Blurs with a separable Gaussian whose standard deviation is `radius` pixels (the kernel
+    /// spans ±3 σ).
+    ///
+    /// ``PixelFormat/rgba8`` is blurred premultiplied, so transparent pixels do not darken
+    /// their neighbours; pixels beyond the border repeat the edge pixel, so a flat image stays
+    /// flat. A radius of 0 returns the image unchanged.
+    /// - Complexity: O(pixels × radius).
+    public struct GaussianBlur: ImageProcessing, Hashable {
+        /// The Gaussian's standard deviation σ, in pixels.
+        public var radius: Double
+
+        /// - Precondition: `radius` is finite and not negative.
+        public init(radius: Double = 8) {
+            precondition(radius >= 0 && radius.isFinite, "GaussianBlur: radius must be finite and not negative, got \(radius)")
+            self.radius = radius
+        }
+
+        public func process(_ image: Bitmap) throws -> Bitmap {
+            guard radius > 0 else { return image }
+            return Resampler.convolve(
+                image,
+                horizontal: FilterWeights(gaussian: radius, count: image.width),
+                vertical: FilterWeights(gaussian: radius, count: image.height))
+        }
+
+        public var identifier: String { "lumen.gaussianBlur?radius=\(radius)" }
+    }
+}
+
+extension ImageProcessing where Self == ImageProcessors.GaussianBlur {
+    /// ``ImageProcessors/GaussianBlur``.
+    public static func gaussianBlur(radius: Double = 8) -> Self {
+        ImageProcessors.GaussianBlur(radius: radius)
+    }
+}
