@@ -1,5 +1,6 @@
 import Testing
 import Foundation
+import Synchronization
 @testable import LumenImaging
 
 /// WebP decoding against the corpus and synthetic images, scaled decoding, the encoder, and
@@ -105,6 +106,31 @@ struct WebPCodecTests {
             == PixelSize(width: 200, height: 100))
         #expect(WebPCodec.scaledSize(width: 300, height: 200, minimum: PixelSize(width: 300, height: 200)) == nil)
         #expect(WebPCodec.scaledSize(width: 300, height: 200, minimum: nil) == nil)
+    }
+
+    @Test func stillImageIsOneFrame() throws {
+        let source = WebPFixtures.picture(width: 30, height: 20, alpha: true)
+        let frames = try ImageDecoder.decodeFrames(source.encode(as: .webp(lossless: true)))
+        #expect(frames.count == 1)
+        #expect(frames.first?.bitmap == source)
+    }
+
+    /// Different images decoded on many threads at once give the same pixels as one by one:
+    /// no C handle or buffer is shared between calls.
+    @Test func concurrentDecodesAreIndependent() throws {
+        let inputs = try (0..<8).map { phase in
+            try WebPFixtures.picture(width: 120, height: 90, alpha: phase % 2 == 0, phase: phase)
+                .encode(as: .webp(quality: 70, lossless: phase % 3 == 0))
+        }
+        let serial = try inputs.map { try ImageDecoder.decode($0, options: DecodeOptions(size: .maxPixelSize(50))).bitmap }
+        let results = Mutex<[Int: Bitmap]>([:])
+        DispatchQueue.concurrentPerform(iterations: inputs.count * 4) { i in
+            let bitmap = try? ImageDecoder.decode(inputs[i % inputs.count], options: DecodeOptions(size: .maxPixelSize(50))).bitmap
+            results.withLock { $0[i] = bitmap }
+        }
+        let parallel = results.withLock { $0 }
+        #expect(parallel.count == inputs.count * 4)
+        for (i, bitmap) in parallel { #expect(bitmap == serial[i % inputs.count], "run \(i)") }
     }
 
     // MARK: Encoder
@@ -216,5 +242,6 @@ struct WebPCodecTests {
         }
         #expect(outcomes["truncated", default: 0] > 0)
         #expect(outcomes["corrupted", default: 0] > 0)
+        #expect(outcomes["decoded", default: 0] > 0, "flipped pixel data still decodes")
     }
 }

@@ -236,8 +236,9 @@ enum WebPCodec: ImageCodec {
 // MARK: - Encoding
 
 extension WebPCodec {
-    /// `image` as WebP: lossy at `quality` (0–100), or lossless (RGB values kept exactly, even
-    /// under fully transparent pixels), with an alpha channel when the image has one.
+    /// `image` as WebP with an alpha channel when the image has one: lossy at `quality` (0–100),
+    /// or lossless, where RGB values are kept exactly (even under fully transparent pixels) and
+    /// `quality` is the compression effort (0 fastest, 100 smallest).
     static func encode(_ image: Bitmap, quality: Int, lossless: Bool) throws(ImagingError) -> Data {
         var config = try config(quality: quality, lossless: lossless)
         return try withPicture(image, lossless: lossless) { picture throws(ImagingError) in
