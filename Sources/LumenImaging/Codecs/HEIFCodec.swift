@@ -50,6 +50,15 @@ enum HEIFCodec: ImageCodec {
                     (buffer.baseAddress! + y * rowBytes).update(from: plane + y * Int(stride), count: rowBytes)
                 }
             }
+            if format == .rgba8, heif_image_handle_is_premultiplied_alpha(handle) != 0 {
+                // Lumen's bitmaps carry straight alpha.
+                bitmap.pixels.withUnsafeMutableBufferPointer { p in
+                    for i in Swift.stride(from: 0, to: p.count, by: 4) where p[i + 3] != 0 && p[i + 3] != 255 {
+                        let a = Int(p[i + 3])
+                        for k in 0..<3 { p[i + k] = UInt8(min(255, (Int(p[i + k]) * 255 + a / 2) / a)) }
+                    }
+                }
+            }
             if options.convertsColorProfile, heif_image_handle_get_raw_color_profile_size(handle) > 0 {
                 var profile = [UInt8](repeating: 0, count: heif_image_handle_get_raw_color_profile_size(handle))
                 if heif_image_handle_get_raw_color_profile(handle, &profile).code == heif_error_Ok {
