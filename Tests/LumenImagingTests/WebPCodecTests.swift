@@ -183,7 +183,7 @@ struct WebPCodecTests {
         var tiff: [UInt8] = Array("II*\0".utf8) + [8, 0, 0, 0]
         tiff += [1, 0, 0x12, 0x01, 3, 0, 1, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0]
         let exif = (signaturePrefix ? Array("Exif\0\0".utf8) : []) + tiff
-        let data = Self.extendedWebP(image: Array(simple[12...]), width: 40, height: 24, exif: exif)
+        let data = Self.extendedWebP(image: Array(simple[12...]), width: 40, height: 24, chunks: [("EXIF", exif)])
 
         let info = try ImageDecoder.info(for: data)
         #expect(info.orientation == .right)
@@ -193,13 +193,30 @@ struct WebPCodecTests {
         #expect(decoded == source.applying(.right))
     }
 
-    /// RIFF/WEBP with a VP8X header, the given image chunk(s) and an EXIF chunk.
-    static func extendedWebP(image: [UInt8], width: Int, height: Int, exif: [UInt8]) -> Data {
+    /// An unreadable ICC profile is ignored (the pixels come through unchanged), not an error.
+    @Test func unreadableICCProfileIsIgnored() throws {
+        let source = WebPFixtures.picture(width: 20, height: 12)
+        let simple = try source.encode(as: .webp(lossless: true))
+        let data = Self.extendedWebP(
+            image: Array(simple[12...]), width: 20, height: 12,
+            chunks: [("ICCP", Array("not an ICC profile".utf8))])
+        #expect(try ImageDecoder.decode(data).bitmap == source)
+    }
+
+    /// RIFF/WEBP with a VP8X header, the given image chunk(s), and metadata chunks: ICCP goes
+    /// before the image, EXIF after it, as the container spec orders them.
+    static func extendedWebP(image: [UInt8], width: Int, height: Int, chunks: [(String, [UInt8])]) -> Data {
         func le(_ v: Int, _ n: Int) -> [UInt8] { (0..<n).map { UInt8((v >> (8 * $0)) & 0xFF) } }
+        func chunk(_ tag: String, _ payload: [UInt8]) -> [UInt8] {
+            Array(tag.utf8) + le(payload.count, 4) + payload + (payload.count % 2 == 1 ? [0] : [])
+        }
+        var flags: UInt8 = 0
+        for (tag, _) in chunks { flags |= tag == "EXIF" ? 0x08 : tag == "ICCP" ? 0x20 : 0 }
         var body: [UInt8] = Array("WEBP".utf8)
-        body += Array("VP8X".utf8) + le(10, 4) + [0x08, 0, 0, 0] + le(width - 1, 3) + le(height - 1, 3)
+        body += chunk("VP8X", [flags, 0, 0, 0] + le(width - 1, 3) + le(height - 1, 3))
+        for (tag, payload) in chunks where tag == "ICCP" { body += chunk(tag, payload) }
         body += image
-        body += Array("EXIF".utf8) + le(exif.count, 4) + exif + (exif.count % 2 == 1 ? [0] : [])
+        for (tag, payload) in chunks where tag != "ICCP" { body += chunk(tag, payload) }
         return Data(Array("RIFF".utf8) + le(body.count, 4) + body)
     }
 
