@@ -147,6 +147,12 @@ enum WebPCodec: ImageCodec {
             frames.append(AnimationFrame(bitmap: bitmap, duration: duration))
         }
         guard !frames.isEmpty else { throw .corrupted(reason: "WebP animation has no decodable frame") }
+        if options.convertsColorProfile, let demux = WebPAnimDecoderGetDemuxer(decoder),
+           WebPDemuxGetI(demux, WEBP_FF_FORMAT_FLAGS) & ICCP_FLAG.rawValue != 0 {
+            withChunk("ICCP", in: demux) { profile in
+                for i in frames.indices { frames[i].bitmap = ColorProfile.convertToSRGB(frames[i].bitmap, profile: profile) }
+            }
+        }
         if opaque {
             for i in frames.indices { frames[i].bitmap = frames[i].bitmap.converted(to: .rgb8) }
         }
