@@ -54,14 +54,13 @@ enum WebPCodec: ImageCodec {
         }
         config.output.colorspace = format == .rgba8 ? MODE_RGBA : MODE_RGB
         config.output.is_external_memory = 1
-        var status = VP8_STATUS_OK
         let outWidth = scaled?.width ?? width, outHeight = scaled?.height ?? height
-        var bitmap: Bitmap?
+        var image: Bitmap
         do {
-            bitmap = try Bitmap(width: outWidth, height: outHeight, format: format) { buffer in
+            image = try Bitmap(width: outWidth, height: outHeight, format: format) { buffer in
                 config.output.u.RGBA = WebPRGBABuffer(
                     rgba: buffer.baseAddress, stride: Int32(outWidth * format.channels), size: buffer.count)
-                status = WebPDecode(data.bindMemory(), data.count, &config)
+                let status = WebPDecode(data.bindMemory(), data.count, &config)
                 WebPFreeDecBuffer(&config.output)
                 if status != VP8_STATUS_OK { throw error(for: status, data: data) }
             }
@@ -70,7 +69,6 @@ enum WebPCodec: ImageCodec {
         } catch {
             throw .corrupted(reason: "\(error)")
         }
-        guard var image = bitmap else { throw error(for: status, data: data) }
         if options.convertsColorProfile, isExtended(data) {
             try withDemuxer(data) { demux in
                 if WebPDemuxGetI(demux, WEBP_FF_FORMAT_FLAGS) & ICCP_FLAG.rawValue != 0 {
