@@ -47,7 +47,7 @@ let package = Package(
         .executableTarget(name: "lumen", dependencies: ["Lumen", "LumenTestSupport"]),
         // A second process for the disk cache's cross-process tests.
         .executableTarget(name: "lumen-cache-probe", dependencies: ["Lumen"]),
-        .testTarget(name: "LumenImagingTests", dependencies: ["LumenImaging"]),
+        .testTarget(name: "LumenImagingTests", dependencies: ["LumenImaging"], swiftSettings: imagingSettings),
         .testTarget(name: "LumenTests", dependencies: ["Lumen", "LumenTestSupport", "lumen-cache-probe"]),
     ] + extraTargets
 )
