@@ -20,7 +20,7 @@ import Foundation
 ///   after complete image data (no IEND) is accepted, as browsers do.
 ///
 /// Colour: output is 8-bit, `.rgb8` for colour types 0, 2, 3 without tRNS, `.rgba8` otherwise,
-/// with tRNS applied; 16-bit samples are reduced to 8 bits by libspng. The `gAMA` chunk is
+/// with tRNS applied (its colour masked to the bit depth, which the spec allows); 16-bit samples are reduced to 8 bits by libspng. The `gAMA` chunk is
 /// **not** applied: the PngSuite reference pixels Lumen is tested against are the stored
 /// samples, not gamma-corrected ones, and browsers only honour gAMA inconsistently. An `iCCP`
 /// profile is converted to sRGB through ``ColorProfile`` when
@@ -45,6 +45,7 @@ enum PNGCodec: ImageCodec {
             // Re-read the header in this context (chunks before IDAT are parsed here, bounded
             // by the chunk limits) rather than trusting the caller's copy for the buffer size.
             let info = try self.header(ctx, data: data)
+            try maskTransparentColor(ctx, data: data)
             let format: PixelFormat = info.hasAlpha ? .rgba8 : .rgb8
             let spngFormat = Int32(format == .rgba8 ? SPNG_FMT_RGBA8.rawValue : SPNG_FMT_RGB8.rawValue)
             var length = 0
@@ -74,6 +75,14 @@ enum PNGCodec: ImageCodec {
             return CodecOutput(bitmap: bitmap)
         }
     }
+
+    /// Resets the count behind ``libspngPeakBytes`` for the calling thread.
+    static func resetLibspngPeakBytes() { lumen_spng_reset_peak() }
+
+    /// The most bytes libspng (with zlib) held at once on the calling thread since the last
+    /// reset: shows that hostile files are refused before their declared size is allocated.
+    /// Pixel buffers are Lumen's and are not counted.
+    static var libspngPeakBytes: Int { lumen_spng_peak_bytes() }
 
     // MARK: - Internals
 
@@ -117,6 +126,23 @@ enum PNGCodec: ImageCodec {
         return ImageHeader(
             format: .png, width: Int(ihdr.width), height: Int(ihdr.height),
             hasAlpha: hasAlphaChannel || hasTRNS, orientation: orientation)
+    }
+
+    /// A tRNS colour for a grayscale or truecolour image below 16 bits keeps only the low
+    /// `bit depth` bits. The spec says encoders set the rest to 0 and decoders *may* mask them;
+    /// Lumen masks, so that a 1-bit image whose tRNS says 0x00FF (as some encoders write
+    /// "white") gets its white pixels transparent instead of none.
+    private static func maskTransparentColor(_ ctx: OpaquePointer, data: UnsafeRawBufferPointer) throws(ImagingError) {
+        var ihdr = spng_ihdr()
+        var trns = spng_trns()
+        guard spng_get_ihdr(ctx, &ihdr) == 0, ihdr.bit_depth < 16,
+              ihdr.color_type == UInt8(SPNG_COLOR_TYPE_GRAYSCALE.rawValue) || ihdr.color_type == UInt8(SPNG_COLOR_TYPE_TRUECOLOR.rawValue),
+              spng_get_trns(ctx, &trns) == 0
+        else { return }
+        let mask = UInt16((1 << Int(ihdr.bit_depth)) - 1)
+        guard trns.gray & ~mask != 0 || trns.red & ~mask != 0 || trns.green & ~mask != 0 || trns.blue & ~mask != 0 else { return }
+        trns.gray &= mask; trns.red &= mask; trns.green &= mask; trns.blue &= mask
+        try check(spng_set_trns(ctx, &trns), data: data)
     }
 
     private static func isEndOfData(_ status: Int32) -> Bool {
