@@ -153,6 +153,8 @@ enum SyntheticGIF {
         var transparentIndex: Int?
         /// Replace the LZW data with garbage (a decoder that reads it fails).
         var corruptData = false
+        /// Store rows in GIF's four-pass interlaced order (`indices` stay row by row).
+        var interlaced = false
     }
 
     static func make(width: Int, height: Int, colors: [(UInt8, UInt8, UInt8)], frames: [Frame]) -> Data {
@@ -163,9 +165,19 @@ enum SyntheticGIF {
         for frame in frames {
             let packed = UInt8(frame.disposal << 2) | (frame.transparentIndex == nil ? 0 : 1)
             gif += [0x21, 0xF9, 4, packed] + le16(frame.delay) + [UInt8(frame.transparentIndex ?? 0), 0]
-            gif += [0x2C] + le16(frame.left) + le16(frame.top) + le16(frame.width) + le16(frame.height) + [0]
+            gif += [0x2C] + le16(frame.left) + le16(frame.top) + le16(frame.width) + le16(frame.height)
+            gif += [frame.interlaced ? 0x40 : 0]
             gif += [8]  // LZW minimum code size
-            let stream = frame.corruptData ? [UInt8](repeating: 0xFF, count: 64) : lzw(frame.indices)
+            var indices = frame.indices
+            if frame.interlaced {
+                indices = []
+                for (start, step) in [(0, 8), (4, 8), (2, 4), (1, 2)] {
+                    for row in stride(from: start, to: frame.height, by: step) {
+                        indices += frame.indices[row * frame.width..<(row + 1) * frame.width]
+                    }
+                }
+            }
+            let stream = frame.corruptData ? [UInt8](repeating: 0xFF, count: 64) : lzw(indices)
             var p = 0
             while p < stream.count {
                 let n = min(255, stream.count - p)
@@ -200,7 +212,12 @@ enum SyntheticGIF {
 
 /// Reads a GIF's block structure (no LZW) for test expectations, independent of giflib.
 enum GIFBlocks {
-    struct Frame { var left, top, width, height, delay, disposal: Int; var transparentIndex: Int? }
+    struct Frame {
+        var left, top, width, height, delay, disposal: Int
+        var transparentIndex: Int?
+        /// The local colour table as RGB triples, empty when the frame uses the global one.
+        var localColors: [[UInt8]] = []
+    }
 
     static func parse(_ data: Data) -> (width: Int, height: Int, frames: [Frame])? {
         let b = [UInt8](data)
@@ -224,10 +241,16 @@ enum GIFBlocks {
                 skipSubBlocks()
             case 0x2C:
                 guard p + 10 <= b.count else { return nil }
-                frames.append(Frame(left: le(p + 1), top: le(p + 3), width: le(p + 5), height: le(p + 7), delay: delay, disposal: disposal, transparentIndex: transparent))
+                var frame = Frame(left: le(p + 1), top: le(p + 3), width: le(p + 5), height: le(p + 7), delay: delay, disposal: disposal, transparentIndex: transparent)
                 let packed = b[p + 9]
                 p += 10
-                if packed & 0x80 != 0 { p += 3 << (Int(packed & 7) + 1) }
+                if packed & 0x80 != 0 {
+                    let count = 1 << (Int(packed & 7) + 1)
+                    guard p + count * 3 <= b.count else { return nil }
+                    frame.localColors = (0..<count).map { Array(b[p + $0 * 3..<p + $0 * 3 + 3]) }
+                    p += count * 3
+                }
+                frames.append(frame)
                 p += 1  // LZW minimum code size
                 skipSubBlocks()
                 delay = 0; disposal = 0; transparent = nil
