@@ -58,7 +58,7 @@ struct PNGRealWorldTests {
         #expect(png.width == 128 && png.height == 128 && png.format == .rgb8)
         #expect(gif.width == 128 && gif.height == 128)
         let difference = CorpusPNG.meanDifference(png, gif)
-        #expect(difference < 6, "mean channel difference \(difference)")
+        #expect(difference < 6, "mean channel difference \(difference)")  // measured ≈ 3.0
     }
 
     @Test func iccProfileImageDecodes() throws {
@@ -123,6 +123,23 @@ struct PNGRealWorldTests {
         let data = SyntheticPNG.make(width: 2000, height: 1, colorType: 0, raw: [UInt8](repeating: 0, count: 2001))
         #expect(CorpusPNG.decodeError(data, options: DecodeOptions(maximumPixelCount: 1000)) == .tooLarge(width: 2000, height: 1))
         #expect(try ImageDecoder.decode(data).bitmap.width == 2000)
+    }
+
+    @Test func eXIfChunkGivesTheOrientation() throws {
+        // A 3×2 PNG with an eXIf chunk (big-endian TIFF, orientation 6 = rotate right) before
+        // IDAT. The bytes must reach EXIF.orientation(tiff:); the header reports what it says,
+        // and the decode turns the image upright. (EXIF parsing itself is tested with EXIF;
+        // while it is a stub answering .up, this checks only that nothing breaks.)
+        let tiff: [UInt8] = [0x4D, 0x4D, 0, 42, 0, 0, 0, 8, 0, 1, 0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 6, 0, 0, 0, 0, 0, 0, 0, 0]
+        let expected = tiff.withUnsafeBytes { EXIF.orientation(tiff: $0) }
+        var bytes = [UInt8](SyntheticPNG.make(width: 3, height: 2, colorType: 2, raw: [UInt8](repeating: 0, count: 2 * (1 + 9))))
+        bytes.insert(contentsOf: SyntheticPNG.chunk("eXIf", tiff), at: 33)
+        let info = try ImageDecoder.info(for: Data(bytes))
+        #expect(info.orientation == expected)
+        let upright = expected.swapsDimensions ? (2, 3) : (3, 2)
+        #expect(info.width == upright.0 && info.height == upright.1)
+        let image = try ImageDecoder.decode(Data(bytes)).bitmap
+        #expect(image.width == upright.0 && image.height == upright.1)
     }
 
     @Test func crcMismatchInAnAncillaryChunkIsAnError() throws {
