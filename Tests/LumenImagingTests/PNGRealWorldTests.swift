@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import LumenImaging
 
@@ -140,6 +141,22 @@ struct PNGRealWorldTests {
         #expect(info.width == upright.0 && info.height == upright.1)
         let image = try ImageDecoder.decode(Data(bytes)).bitmap
         #expect(image.width == upright.0 && image.height == upright.1)
+    }
+
+    @Test func concurrentDecodesAgreeWithASerialOne() throws {
+        // Each call owns its libspng / giflib handle: decoding the same files on many threads at
+        // once gives exactly the serial result.
+        let png = try CorpusPNG.data("real-world/hopper.png"), gif = try CorpusPNG.data("real-world/dispose_bgnd.gif")
+        let expectedPNG = try ImageDecoder.decode(png).bitmap
+        let expectedGIF = try ImageDecoder.decodeFrames(gif).map(\.bitmap)
+        let mismatches = Mutex(0)
+        DispatchQueue.concurrentPerform(iterations: 16) { i in
+            let same = i % 2 == 0
+                ? (try? ImageDecoder.decode(png).bitmap) == expectedPNG
+                : (try? ImageDecoder.decodeFrames(gif).map(\.bitmap)) == expectedGIF
+            if !same { mismatches.withLock { $0 += 1 } }
+        }
+        #expect(mismatches.withLock { $0 } == 0)
     }
 
     @Test func crcMismatchInAnAncillaryChunkIsAnError() throws {

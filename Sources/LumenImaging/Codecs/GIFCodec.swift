@@ -137,7 +137,7 @@ enum GIFCodec: ImageCodec {
 
     /// Opens `data` with giflib, runs `body`, and always closes the handle.
     private static func withGIF<T>(
-        _ data: UnsafeRawBufferPointer, _ body: (inout Reader) throws(ImagingError) -> T
+        _ data: UnsafeRawBufferPointer, _ body: (Reader) throws(ImagingError) -> T
     ) throws(ImagingError) -> T {
         guard let base = data.baseAddress, data.count > 0 else { throw .truncated }
         let source = UnsafeMutablePointer<Source>.allocate(capacity: 1)
@@ -163,8 +163,7 @@ enum GIFCodec: ImageCodec {
             var closeError: Int32 = 0
             DGifCloseFile(handle, &closeError)
         }
-        var reader = Reader(gif: handle, source: source)
-        return try body(&reader)
+        return try body(Reader(gif: handle, source: source))
     }
 }
 
@@ -241,7 +240,7 @@ private struct Reader {
     /// between records and `allowingEnd` is set. With `allowingDescriptorFailure`, a
     /// descriptor whose rectangle was read in full is returned even if what follows it (colour
     /// map, LZW setup) is broken: enough for a header, and the decode reports the damage.
-    mutating func nextFrame(
+    func nextFrame(
         control: inout GraphicControl, allowingDescriptorFailure: Bool, allowingEnd: Bool = false
     ) throws(ImagingError) -> FrameRect? {
         while true {
