@@ -41,7 +41,7 @@ extension LoopbackServer {
         private mutating func readHead() -> [UInt8]? {
             var searchFrom = 0
             while true {
-                if let end = Self.headEnd(in: buffer, from: searchFrom) {
+                if let end = Self.headEnd(in: buffer, from: searchFrom), end <= Self.maximumHeadSize {
                     let head = Array(buffer[..<end])
                     buffer.removeFirst(end + 4)
                     return head
@@ -235,7 +235,7 @@ extension LoopbackServer {
             for (name, value) in extraHeaders.sorted(by: { $0.key < $1.key }) { headers.append((name, value)) }
             guard send(status: status, headers: headers, keepAlive: keepAlive) else { return false }
             if isHead { return keepAlive }
-            return sendBody(body) && keepAlive
+            return write(body) && keepAlive
         }
 
         private func send(status: Int, headers: [(String, String)], keepAlive: Bool) -> Bool {

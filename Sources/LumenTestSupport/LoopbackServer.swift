@@ -41,7 +41,8 @@ public final class LoopbackServer: Sendable {
         public var notModifiedResponses = 0
         /// Malformed requests answered with 400.
         public var badRequests = 0
-        /// Body bytes written to sockets (headers not included).
+        /// Content bytes written to sockets: bodies of routes served with `serve(...)`
+        /// (headers, chunk framing and the short bodies of error responses not included).
         public var bodyBytesSent = 0
         /// Connections accepted since the server started.
         public var totalConnections = 0
