@@ -121,19 +121,7 @@ extension LoopbackServer {
             defer { core.update { $0.stats.inFlightRequests -= 1 } }
 
             // Held: wait for release, noticing a client that gives up.
-            var counted = false
-            let released = core.wait(
-                while: { state in state.phase == .running && state.heldPaths.contains(path) },
-                interrupt: {
-                    if !counted {
-                        counted = true
-                        core.update { $0.stats.heldRequests += 1 }
-                    }
-                    return isPeerClosed()
-                }
-            )
-            if counted { core.update { $0.stats.heldRequests -= 1 } }
-            if !released { return clientGone() }
+            if !waitWhileHeld({ $0.heldPaths.contains(path) }, counter: \.heldRequests) { return clientGone() }
             if core.isStopping { return false }
 
             // Latency: measured from arrival, so a held request is not delayed again.
@@ -179,11 +167,37 @@ extension LoopbackServer {
 
             let limit = min(data.count, route.truncateAfter ?? data.count)
             let body = data.prefix(limit)
-            let sent = route.isChunked
-                ? sendChunked(body, chunkSize: route.chunkSize, terminate: !isTruncated)
-                : sendBody(body)
-            guard sent else { return clientGone() }
+            // A body hold splits the body in two: the first part, a wait, the rest.
+            let pause = route.bodyPauseAfter.map { min($0, body.count) }
+            var parts = [body]
+            if let pause { parts = [body.prefix(pause), body.dropFirst(pause)] }
+            for (index, part) in parts.enumerated() {
+                if index == 1, !waitWhileHeld({ $0.heldBodies.contains(path) }, counter: \.pausedBodies) {
+                    return clientGone()
+                }
+                if core.isStopping { return false }
+                let sent = route.isChunked
+                    ? sendChunked(part, chunkSize: route.chunkSize, terminate: !isTruncated && index == parts.count - 1)
+                    : sendBody(part)
+                guard sent else { return clientGone() }
+            }
             return !closeAfter
+        }
+
+        /// Waits while `isHeld` is true of the server's state, counting the wait in `counter`;
+        /// false if the client closed the connection meanwhile.
+        private func waitWhileHeld(
+            _ isHeld: @escaping (Core.State) -> Bool,
+            counter: WritableKeyPath<Statistics, Int>
+        ) -> Bool {
+            let held = core.update { state -> Bool in
+                guard state.phase == .running, isHeld(state) else { return false }
+                state.stats[keyPath: counter] += 1
+                return true
+            }
+            guard held else { return true }
+            defer { core.update { $0.stats[keyPath: counter] -= 1 } }
+            return core.wait(while: { $0.phase == .running && isHeld($0) }, interrupt: isPeerClosed)
         }
 
         private static func isNotModified(_ request: HTTPRequestHead, _ route: Route) -> Bool {

@@ -16,6 +16,7 @@ extension LoopbackServer {
             var port: UInt16 = 0
             var routes: [String: Route] = [:]
             var heldPaths: Set<String> = []
+            var heldBodies: Set<String> = []
             var connections: [Int: Int32] = [:]
             var nextConnectionID = 0
             var liveThreads = 0

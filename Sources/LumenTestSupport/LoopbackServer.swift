@@ -11,7 +11,7 @@ import Foundation
 /// counted, not fatal).
 ///
 /// Per path you can add latency (`setLatency(_:for:)`), hold requests until released
-/// (`hold(_:)` / `release(_:)`), force a status code (`respond(path:status:)`), cut the body
+/// (`hold(_:)` / `release(_:)`), pause a body part-way (`holdBody(_:after:)`), force a status code (`respond(path:status:)`), cut the body
 /// short (`truncate(path:after:)`) or send it with chunked transfer encoding and no
 /// `Content-Length` (`setChunked(_:for:)`). A route with an ETag or a Last-Modified date
 /// answers matching conditional requests with `304 Not Modified` and no body.
@@ -56,6 +56,8 @@ public final class LoopbackServer: Sendable {
         public var peakInFlightRequests = 0
         /// Requests waiting now because their path is held.
         public var heldRequests = 0
+        /// Responses paused mid-body now, waiting for `release(_:)` (see `holdBody(_:after:)`).
+        public var pausedBodies = 0
         /// Requests abandoned because the client closed the connection before the response
         /// was fully written (for example a cancelled download).
         public var clientDisconnects = 0
@@ -179,14 +181,35 @@ public final class LoopbackServer: Sendable {
         core.update { $0.heldPaths.insert(Self.normalize(path)) }
     }
 
-    /// Lets held requests to `path` (and later ones) proceed.
-    public func release(_ path: String) {
-        core.update { $0.heldPaths.remove(Self.normalize(path)) }
+    /// Holds responses to `path` mid-body: the head and the first `bytes` of the body are
+    /// sent, then the rest waits until `release(_:)` (or `stop()`). Tests use it to keep a
+    /// download in progress; `statistics.pausedBodies` counts the responses waiting, and a
+    /// client that disconnects meanwhile is counted in `clientDisconnects`.
+    public func holdBody(_ path: String, after bytes: Int) {
+        let path = Self.normalize(path)
+        core.update { state in
+            var route = state.routes[path] ?? Route()
+            route.bodyPauseAfter = max(0, bytes)
+            state.routes[path] = route
+            state.heldBodies.insert(path)
+        }
     }
 
-    /// Lets every held request proceed.
+    /// Lets held requests and held bodies of `path` (and later ones) proceed.
+    public func release(_ path: String) {
+        let path = Self.normalize(path)
+        core.update {
+            $0.heldPaths.remove(path)
+            $0.heldBodies.remove(path)
+        }
+    }
+
+    /// Lets every held request and held body proceed.
     public func releaseAll() {
-        core.update { $0.heldPaths.removeAll() }
+        core.update {
+            $0.heldPaths.removeAll()
+            $0.heldBodies.removeAll()
+        }
     }
 
     // MARK: Counters and waiting
@@ -208,6 +231,7 @@ public final class LoopbackServer: Sendable {
             fresh.inFlightRequests = old.inFlightRequests
             fresh.peakInFlightRequests = old.inFlightRequests
             fresh.heldRequests = old.heldRequests
+            fresh.pausedBodies = old.pausedBodies
             $0.stats = fresh
         }
     }
@@ -255,6 +279,7 @@ extension LoopbackServer {
         var isChunked = false
         var chunkSize = 16 * 1024
         var latency: Duration = .zero
+        var bodyPauseAfter: Int?
 
         init(
             data: Data? = nil, contentType: String = "application/octet-stream",

@@ -19,8 +19,8 @@ import Synchronization
 ///   as the response head arrives (the body is not downloaded), except a `304 Not Modified`
 ///   answering a conditional request (`If-None-Match` or `If-Modified-Since`), which is
 ///   returned normally so that a cache can renew its entry. Pass `validate:` to change this.
-/// - Errors: transport failures are rethrown as `URLError`; a body shorter than its
-///   `Content-Length` throws `.incompleteBody`; local URLs throw `.fileNotFound`,
+/// - Errors: transport failures are rethrown as `URLError`; a body cut short of its
+///   `Content-Length` (the connection closed early) throws `.incompleteBody`; local URLs throw `.fileNotFound`,
 ///   `.fileUnreadable` or `.invalidDataURL`.
 /// - Caching: `defaultConfiguration` has no `URLCache`: Lumen caches original bytes in its
 ///   own `DataCache` (with HTTP revalidation), so bytes are never cached twice and 304s
@@ -181,6 +181,13 @@ public final class DataLoader: DataLoading, Sendable {
             }
         } catch let error as URLError where error.code == .cancelled && Task.isCancelled {
             throw CancellationError()
+        } catch let error as URLError where error.code == .unknown || error.code == .networkConnectionLost {
+            // libcurl reports a connection closed before `Content-Length` bytes as an
+            // unknown error: name it.
+            if let response, response.expectedContentLength > received {
+                throw Error.incompleteBody(expected: response.expectedContentLength, received: received)
+            }
+            throw error
         }
         // The stream ends without `.completed` or an error only when this task is cancelled.
         throw CancellationError()
