@@ -42,7 +42,7 @@ struct ServerTests {
         #expect(stats.totalConnections == 1, "four requests on one kept-alive connection")
     }
 
-    @Test func etagMatchAnswers304WithoutBody() throws {
+    @Test func etagMatchAnswers304WithoutBody() async throws {
         server.serve(path: "/e", data: payload, etag: "\"v1\"", cacheControl: "max-age=60")
         let client = try RawHTTPClient(port: server.port)
 
@@ -62,6 +62,8 @@ struct ServerTests {
         #expect(changed.status == 200)
         #expect(changed.body == payload)
 
+        // Counters are updated just after each write: wait for the last response to finish.
+        try await server.waitUntil { $0.inFlightRequests == 0 }
         let stats = server.statistics
         #expect(stats.notModifiedResponses == 4)
         #expect(stats.requests(for: "/e") == 6)
@@ -216,7 +218,7 @@ struct ServerTests {
     }
 
     @Test func clientDisconnectingMidBodyDoesNotCrash() async throws {
-        let big = Data(count: 8 * 1024 * 1024)
+        let big = Data(count: 32 * 1024 * 1024)
         server.serve(path: "/big", data: big)
         let client = try RawHTTPClient(port: server.port)
         client.send("GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -227,6 +229,57 @@ struct ServerTests {
         // And the server still answers.
         server.serve(path: "/after", data: payload)
         #expect(try #require(RawHTTPClient(port: server.port).request("GET /after HTTP/1.1\r\n\r\n")).body == payload)
+    }
+
+    @Test func latencyDelaysTheResponseAndNoticesAClientThatLeaves() async throws {
+        server.serve(path: "/slow", data: payload)
+        server.setLatency(.seconds(600), for: "/slow")
+        let client = try RawHTTPClient(port: server.port)
+        client.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        try await server.waitForRequests(path: "/slow", count: 1)
+        #expect(server.statistics.inFlightRequests == 1)
+        client.close()
+        // The delayed request ends when its client leaves, long before the latency passes.
+        try await server.waitUntil { $0.clientDisconnects == 1 && $0.inFlightRequests == 0 }
+        #expect(server.statistics.bodyBytesSent == 0)
+
+        // A short latency still answers; removing it answers at once.
+        server.setLatency(.milliseconds(5), for: "/slow")
+        #expect(try #require(RawHTTPClient(port: server.port).request("GET /slow HTTP/1.1\r\n\r\n")).body == payload)
+        server.setLatency(.zero, for: "/slow")
+        #expect(try #require(RawHTTPClient(port: server.port).request("GET /slow HTTP/1.1\r\n\r\n")).body == payload)
+    }
+
+    @Test func connectionHeadersDecideKeepAlive() throws {
+        server.serve(path: "/k", data: payload)
+        let closing = try RawHTTPClient(port: server.port)
+        let first = try #require(closing.request("GET /k HTTP/1.1\r\nConnection: close\r\n\r\n"))
+        #expect(first.header("connection") == "close")
+        #expect(closing.isClosedByServer())
+
+        let old = try RawHTTPClient(port: server.port)
+        #expect(try #require(old.request("GET /k HTTP/1.0\r\n\r\n")).body == payload)
+        #expect(old.isClosedByServer(), "HTTP/1.0 closes unless asked to keep alive")
+
+        let kept = try RawHTTPClient(port: server.port)
+        let response = try #require(kept.request("GET /k HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"))
+        #expect(response.header("connection") == "keep-alive")
+        #expect(try #require(kept.request("GET /k HTTP/1.0\r\n\r\n")).body == payload)
+        #expect(server.statistics.totalConnections == 3)
+    }
+
+    @Test func bodyHoldPausesMidBody() async throws {
+        server.serve(path: "/p", data: payload)
+        server.holdBody("/p", after: 1234)
+        let client = try RawHTTPClient(port: server.port)
+        client.send("GET /p HTTP/1.1\r\n\r\n")
+        try await server.waitUntil { $0.pausedBodies == 1 }
+        #expect(server.statistics.bodyBytesSent == 1234)
+        server.release("/p")
+        #expect(try #require(client.readResponse()).body == payload)
+        try await server.waitUntil { $0.inFlightRequests == 0 }
+        #expect(server.statistics.pausedBodies == 0)
+        #expect(server.statistics.bodyBytesSent == payload.count)
     }
 
     @Test func waitingResumesOnCancellationAndOnStop() async throws {
@@ -251,6 +304,7 @@ struct ServerTests {
         server.serve(path: "/r", data: payload)
         let client = try RawHTTPClient(port: server.port)
         _ = client.request("GET /r HTTP/1.1\r\n\r\n")
+        try await server.waitUntil { $0.inFlightRequests == 0 }
         server.resetStatistics()
         let stats = server.statistics
         #expect(stats.totalRequests == 0)
