@@ -10,7 +10,8 @@ import Synchronization
 ///
 /// One `URLSession` serves every load; its delegate routes each task's callbacks to the load
 /// that started it. Chunks are handed to `didReceive` on the calling task, in order, as
-/// `URLSession` delivers them, so progress is real.
+/// `URLSession` delivers them, so progress is real. (`URLSession` has no back-pressure: if
+/// `didReceive` is slower than the network, chunks wait in memory until it takes them.)
 ///
 /// - Cancellation: cancelling the Swift task that awaits `loadData(for:didReceive:)` cancels
 ///   the `URLSessionTask` at once and the call throws `CancellationError`. If `didReceive`
@@ -64,7 +65,9 @@ public final class DataLoader: DataLoading, Sendable {
     }
 
     /// Decides whether a response is acceptable before its body is downloaded; throws to
-    /// reject it. Receives the response and the request that was sent.
+    /// reject it (the transfer is then cancelled and the error is what `loadData` throws).
+    /// Receives the response and the request that was sent; called on the session's
+    /// delegate queue, once per load, for every scheme handled by `URLSession`.
     public typealias Validator = @Sendable (_ response: URLResponse, _ request: URLRequest) throws -> Void
 
     /// The session all network loads go through.
