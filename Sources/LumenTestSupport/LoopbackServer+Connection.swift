@@ -113,6 +113,8 @@ extension LoopbackServer {
             let path = request.path
             let route = core.update { state -> Route? in
                 state.stats.totalRequests += 1
+                state.log.append(request.recorded)
+                if state.log.count > LoopbackServer.requestLogLimit { state.log.removeFirst(state.log.count / 2) }
                 state.stats.requestsByPath[path, default: 0] += 1
                 state.stats.inFlightRequests += 1
                 state.stats.peakInFlightRequests = max(state.stats.peakInFlightRequests, state.stats.inFlightRequests)
@@ -308,6 +310,8 @@ struct HTTPRequestHead: Sendable {
     var method: String
     /// The path without the query string, always starting with "/".
     var path: String
+    /// The request target in origin form: the path with its query string.
+    var target: String
     var version: String
     var headers: [(name: String, value: String)]
     var arrival: Date
@@ -330,6 +334,7 @@ struct HTTPRequestHead: Sendable {
             target = rest.firstIndex(of: "/").map { String(rest[$0...]) } ?? "/"
         }
         guard target.hasPrefix("/") else { return nil }
+        self.target = target
         if let query = target.firstIndex(where: { $0 == "?" || $0 == "#" }) { target = String(target[..<query]) }
         var headers: [(name: String, value: String)] = []
         for line in lines {
@@ -343,6 +348,14 @@ struct HTTPRequestHead: Sendable {
         self.version = version
         self.headers = headers
         self.arrival = Date()
+    }
+
+    var recorded: LoopbackServer.RecordedRequest {
+        var fields: [String: String] = [:]
+        for (name, value) in headers {
+            fields[name] = fields[name].map { $0 + ", " + value } ?? value
+        }
+        return LoopbackServer.RecordedRequest(method: method, path: path, target: target, headers: fields)
     }
 
     /// The value of the first header named `name` (lowercase), if any.

@@ -21,6 +21,7 @@ extension LoopbackServer {
             var nextConnectionID = 0
             var liveThreads = 0
             var stats = Statistics()
+            var log: [RecordedRequest] = []
             var waiters: [Int: Waiter] = [:]
             var cancelledWaiters: Set<Int> = []
             var nextWaiterID = 0

@@ -18,6 +18,7 @@ import Foundation
 ///
 /// Tests wait for the server without sleeping: `waitForRequests(path:count:)` and
 /// `waitUntil(_:)` suspend until the counters in `statistics` satisfy them.
+/// `recordedRequests` shows what clients sent (headers, query strings).
 ///
 /// ```swift
 /// let server = try LoopbackServer()
@@ -220,6 +221,35 @@ public final class LoopbackServer: Sendable {
     /// Requests that reached `path` so far.
     public func requestCount(for path: String) -> Int { statistics.requests(for: path) }
 
+    /// A request as the server received it.
+    public struct RecordedRequest: Sendable, Equatable {
+        /// `GET`, `HEAD`, ...
+        public var method: String
+        /// The path without the query string.
+        public var path: String
+        /// The path with its query string, as sent.
+        public var target: String
+        /// Header fields by lowercased name; repeated fields are joined with ", ".
+        public var headers: [String: String]
+
+        /// The value of the header `name` (any case).
+        public func header(_ name: String) -> String? { headers[name.lowercased()] }
+    }
+
+    /// How many requests `recordedRequests` keeps; past it, the older half is dropped.
+    public static let requestLogLimit = 10_000
+
+    /// The requests received so far, oldest first (at most `requestLogLimit`, counted from
+    /// the last `resetStatistics()`), for asserting what a client sent: conditional headers,
+    /// credentials, query strings.
+    public var recordedRequests: [RecordedRequest] { core.withState { $0.log } }
+
+    /// The recorded requests to `path` (without the query string), oldest first.
+    public func recordedRequests(for path: String) -> [RecordedRequest] {
+        let path = Self.normalize(path)
+        return recordedRequests.filter { $0.path == path }
+    }
+
     /// Resets every counter to zero except the live values (open connections and
     /// in-flight and held requests), which are kept and become the new peaks.
     public func resetStatistics() {
@@ -233,6 +263,7 @@ public final class LoopbackServer: Sendable {
             fresh.heldRequests = old.heldRequests
             fresh.pausedBodies = old.pausedBodies
             $0.stats = fresh
+            $0.log.removeAll()
         }
     }
 

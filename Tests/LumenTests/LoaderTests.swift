@@ -99,6 +99,9 @@ struct LoaderTests {
         let since = try await loader.loadData(for: sinceRequest, didReceive: sink.append)
         #expect((since as? HTTPURLResponse)?.statusCode == 304)
         #expect(server.statistics.notModifiedResponses == 2)
+        // The conditional headers reached the server as set.
+        #expect(server.recordedRequests(for: "/e").first?.header("If-None-Match") == "\"abc\"")
+        #expect(server.recordedRequests(for: "/m").first?.header("If-Modified-Since") == modified)
 
         // A 304 to an unconditional request is an error like any other non-2xx status.
         server.respond(path: "/e", status: 304)

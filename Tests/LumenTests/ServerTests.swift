@@ -40,6 +40,11 @@ struct ServerTests {
         #expect(stats.totalRequests == 4)
         #expect(stats.bodyBytesSent == 2 * payload.count + other.count)
         #expect(stats.totalConnections == 1, "four requests on one kept-alive connection")
+
+        let log = server.recordedRequests
+        #expect(log.map(\.target) == ["/a.jpg", "/a.jpg?size=10", "/b.png", "/missing"])
+        #expect(log.allSatisfy { $0.method == "GET" && $0.header("HOST") == "x" })
+        #expect(server.recordedRequests(for: "/a.jpg").count == 2)
     }
 
     @Test func etagMatchAnswers304WithoutBody() async throws {
