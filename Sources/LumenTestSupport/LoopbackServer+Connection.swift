@@ -111,7 +111,7 @@ extension LoopbackServer {
         /// Answers one request; false when the connection must close.
         private func respond(to request: HTTPRequestHead) -> Bool {
             let path = request.path
-            let route = core.update { state -> Route? in
+            let arrivalRoute = core.update { state -> Route? in
                 state.stats.totalRequests += 1
                 state.log.append(request.recorded)
                 if state.log.count > LoopbackServer.requestLogLimit { state.log.removeFirst(state.log.count / 2) }
@@ -127,7 +127,7 @@ extension LoopbackServer {
             if core.isStopping { return false }
 
             // Latency: measured from arrival, so a held request is not delayed again.
-            if let latency = route?.latency, latency > .zero {
+            if let latency = arrivalRoute?.latency, latency > .zero {
                 let seconds = Double(latency.components.seconds) + Double(latency.components.attoseconds) * 1e-18
                 let deadline = request.arrival.addingTimeInterval(seconds)
                 let waited = core.wait(until: deadline, while: { $0.phase == .running }, interrupt: isPeerClosed)
@@ -135,6 +135,8 @@ extension LoopbackServer {
                 if core.isStopping { return false }
             }
 
+            // The route as it is now: a test may change it while the request waits.
+            let route = core.withState { $0.routes[path] }
             let keepAlive = request.wantsKeepAlive
             guard request.method == "GET" || request.method == "HEAD" else {
                 return sendSimple(status: 405, keepAlive: keepAlive, extraHeaders: ["Allow": "GET, HEAD"])
@@ -246,9 +248,14 @@ extension LoopbackServer {
         private func sendSimple(
             status: Int, keepAlive: Bool, isHead: Bool = false, extraHeaders: [String: String] = [:]
         ) -> Bool {
-            let body = Data("\(status) \(HTTPStatus.reason(status))\n".utf8)
-            var headers: [(String, String)] = [("Content-Type", "text/plain"), ("Content-Length", String(body.count))]
+            var headers: [(String, String)] = []
             for (name, value) in extraHeaders.sorted(by: { $0.key < $1.key }) { headers.append((name, value)) }
+            // 1xx, 204 and 304 responses never have a body (RFC 9110 §6.4.1).
+            if status < 200 || status == 204 || status == 304 {
+                return send(status: status, headers: headers, keepAlive: keepAlive) && keepAlive
+            }
+            let body = Data("\(status) \(HTTPStatus.reason(status))\n".utf8)
+            headers += [("Content-Type", "text/plain"), ("Content-Length", String(body.count))]
             guard send(status: status, headers: headers, keepAlive: keepAlive) else { return false }
             if isHead { return keepAlive }
             return write(body) && keepAlive

@@ -158,6 +158,21 @@ struct ServerTests {
         // An override on a path without content still answers with that status.
         server.respond(path: "/fail", status: 500)
         #expect(try #require(client.request("GET /fail HTTP/1.1\r\n\r\n")).status == 500)
+        // A forced 304 has no body, so the connection stays in sync.
+        server.respond(path: "/s", status: 304)
+        #expect(try #require(client.request("GET /s HTTP/1.1\r\n\r\n")).status == 304)
+        #expect(try #require(client.request("GET /fail HTTP/1.1\r\n\r\n")).status == 500)
+    }
+
+    @Test func changesWhileARequestIsHeldApplyWhenReleased() async throws {
+        server.serve(path: "/late", data: payload)
+        server.hold("/late")
+        let client = try RawHTTPClient(port: server.port)
+        client.send("GET /late HTTP/1.1\r\n\r\n")
+        try await server.waitUntil { $0.heldRequests == 1 }
+        server.respond(path: "/late", status: 502)
+        server.release("/late")
+        #expect(try #require(client.readResponse()).status == 502)
     }
 
     @Test func truncatedBodySendsFullLengthThenCloses() throws {
