@@ -1,0 +1,279 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Synchronization
+
+/// The default `DataLoading`: loads over `URLSession` (`FoundationNetworking` on Linux),
+/// streaming the body chunk by chunk as it arrives, and reads `file:` and `data:` URLs
+/// without the network.
+///
+/// One `URLSession` serves every load; its delegate routes each task's callbacks to the load
+/// that started it. Chunks are handed to `didReceive` on the calling task, in order, as
+/// `URLSession` delivers them, so progress is real. (`URLSession` has no back-pressure: if
+/// `didReceive` is slower than the network, chunks wait in memory until it takes them.)
+///
+/// - Cancellation: cancelling the Swift task that awaits `loadData(for:didReceive:)` cancels
+///   the `URLSessionTask` at once and the call throws `CancellationError`. If `didReceive`
+///   throws (a size limit, say), the transfer is cancelled and that error is rethrown.
+/// - Validation: by default a non-2xx status throws `DataLoader.Error.statusCode` as soon
+///   as the response head arrives (the body is not downloaded), except a `304 Not Modified`
+///   answering a conditional request (`If-None-Match` or `If-Modified-Since`), which is
+///   returned normally so that a cache can renew its entry. Pass `validate:` to change this.
+/// - Errors: transport failures are rethrown as `URLError`; a body cut short of its
+///   `Content-Length` (the connection closed early) throws `.incompleteBody`; local URLs throw `.fileNotFound`,
+///   `.fileUnreadable` or `.invalidDataURL`.
+/// - Caching: `defaultConfiguration` has no `URLCache`: Lumen caches original bytes in its
+///   own `DataCache` (with HTTP revalidation), so bytes are never cached twice and 304s
+///   reach the cache layer. Set `urlCache` on your configuration to use URLSession's cache.
+public final class DataLoader: DataLoading, Sendable {
+    /// Why a load failed, other than a transport error (`URLError`) or cancellation.
+    public enum Error: Swift.Error, Sendable, CustomStringConvertible {
+        /// The response's status was rejected by the validator (by default: not 2xx, and not
+        /// a 304 answering a conditional request). Carries the status and the response.
+        case statusCode(Int, URLResponse?)
+        /// The body ended before the length the response announced.
+        case incompleteBody(expected: Int64, received: Int64)
+        /// A `file:` URL names no file.
+        case fileNotFound(URL)
+        /// A `file:` URL names something that cannot be read as a file (a directory, no
+        /// permission, an I/O error); `reason` says what happened.
+        case fileUnreadable(URL, reason: String)
+        /// A `data:` URL is malformed (no comma, bad base64, bad percent-escape).
+        case invalidDataURL
+
+        /// The HTTP status, for `.statusCode`.
+        public var statusCode: Int? {
+            if case .statusCode(let status, _) = self { return status }
+            return nil
+        }
+
+        public var description: String {
+            switch self {
+            case .statusCode(let status, let response):
+                "HTTP status \(status) for \(response?.url?.absoluteString ?? "unknown URL")"
+            case .incompleteBody(let expected, let received):
+                "Body ended after \(received) of \(expected) bytes"
+            case .fileNotFound(let url):
+                "No file at \(url.path)"
+            case .fileUnreadable(let url, let reason):
+                "Cannot read \(url.path): \(reason)"
+            case .invalidDataURL:
+                "Malformed data: URL"
+            }
+        }
+    }
+
+    /// Decides whether a response is acceptable before its body is downloaded; throws to
+    /// reject it (the transfer is then cancelled and the error is what `loadData` throws).
+    /// Receives the response and the request that was sent; called on the session's
+    /// delegate queue, once per load, for every scheme handled by `URLSession`.
+    public typealias Validator = @Sendable (_ response: URLResponse, _ request: URLRequest) throws -> Void
+
+    /// The session all network loads go through.
+    public let session: URLSession
+    private let delegate: SessionDelegate
+    private let validator: Validator
+
+    /// How many body bytes a `file:` read hands to `didReceive` at a time.
+    static let fileChunkSize = 128 * 1024
+
+    /// A fresh copy of the default configuration: at most 6 connections per host, a 60 s
+    /// idle timeout per request, 10 minutes per resource, and no `URLCache` (see the type's
+    /// documentation; set `urlCache` to opt back in).
+    public static var defaultConfiguration: URLSessionConfiguration {
+        let configuration = URLSessionConfiguration.default
+        configuration.httpMaximumConnectionsPerHost = 6
+        configuration.timeoutIntervalForRequest = 60
+        configuration.timeoutIntervalForResource = 600
+        configuration.urlCache = nil
+        configuration.requestCachePolicy = .useProtocolCachePolicy
+        return configuration
+    }
+
+    /// Creates a loader with its own `URLSession`.
+    /// - Parameters:
+    ///   - configuration: the session's configuration (copied by `URLSession`).
+    ///   - validate: called with each HTTP response head; the default is `DataLoader.validate`.
+    public init(
+        configuration: URLSessionConfiguration = DataLoader.defaultConfiguration,
+        validate: @escaping Validator = DataLoader.validate
+    ) {
+        let delegate = SessionDelegate()
+        self.delegate = delegate
+        self.validator = validate
+        self.session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
+    }
+
+    deinit {
+        // The session retains its delegate until invalidated. Loads keep `self` alive, so
+        // none are running here.
+        session.finishTasksAndInvalidate()
+    }
+
+    /// The default validator: accepts 2xx, and 304 when `request` was conditional
+    /// (`If-None-Match` or `If-Modified-Since`); throws `.statusCode` otherwise. Non-HTTP
+    /// responses are accepted.
+    @Sendable public static func validate(_ response: URLResponse, _ request: URLRequest) throws {
+        guard let http = response as? HTTPURLResponse else { return }
+        let status = http.statusCode
+        if (200..<300).contains(status) { return }
+        if status == 304, isConditional(request) { return }
+        throw Error.statusCode(status, response)
+    }
+
+    /// Whether `request` asks the server to answer 304 when the resource is unchanged.
+    public static func isConditional(_ request: URLRequest) -> Bool {
+        request.value(forHTTPHeaderField: "If-None-Match") != nil
+            || request.value(forHTTPHeaderField: "If-Modified-Since") != nil
+    }
+
+    /// Loads `request`: `file:` and `data:` URLs locally, anything else through the session.
+    /// See the type's documentation for cancellation, validation and errors.
+    public func loadData(
+        for request: URLRequest,
+        didReceive: @Sendable (Data, URLResponse) throws -> Void
+    ) async throws -> URLResponse {
+        switch request.url?.scheme?.lowercased() {
+        case "file":
+            return try await Self.loadFile(request.url!, didReceive: didReceive)
+        case "data":
+            return try Self.loadDataURL(request.url!, didReceive: didReceive)
+        default:
+            return try await loadFromNetwork(request, didReceive: didReceive)
+        }
+    }
+
+    private func loadFromNetwork(
+        _ request: URLRequest,
+        didReceive: @Sendable (Data, URLResponse) throws -> Void
+    ) async throws -> URLResponse {
+        try Task.checkCancellation()
+        let (events, continuation) = AsyncThrowingStream.makeStream(of: SessionDelegate.Event.self)
+        let task = session.dataTask(with: request)
+        let identifier = task.taskIdentifier
+        delegate.register(identifier, SessionDelegate.Handler(
+            request: request, validate: validator, continuation: continuation
+        ))
+        // Runs when the consumer's task is cancelled while waiting for an event, when the
+        // stream finishes, and on the explicit finish below: the URLSessionTask never
+        // outlives this call.
+        continuation.onTermination = { [delegate] _ in
+            delegate.unregister(identifier)
+            task.cancel()
+        }
+        defer { continuation.finish() }
+        task.resume()
+
+        var response: URLResponse?
+        var received: Int64 = 0
+        do {
+            for try await event in events {
+                switch event {
+                case .response(let head):
+                    response = head
+                case .data(let chunk):
+                    guard let response else { throw URLError(.badServerResponse) }
+                    received += Int64(chunk.count)
+                    try didReceive(chunk, response)
+                case .completed:
+                    guard let response else { throw URLError(.badServerResponse) }
+                    try Self.checkComplete(response, received: received, request: request)
+                    return response
+                }
+            }
+        } catch let error as URLError where error.code == .cancelled && Task.isCancelled {
+            throw CancellationError()
+        } catch let error as URLError where error.code == .unknown || error.code == .networkConnectionLost {
+            // libcurl reports a connection closed before `Content-Length` bytes as an
+            // unknown error: name it.
+            if let response, response.expectedContentLength > received {
+                throw Error.incompleteBody(expected: response.expectedContentLength, received: received)
+            }
+            throw error
+        }
+        // The stream ends without `.completed` or an error only when this task is cancelled.
+        throw CancellationError()
+    }
+
+    /// Throws when the body is shorter than the `Content-Length` the response announced
+    /// (when the body is not content-encoded, so the two are comparable).
+    private static func checkComplete(_ response: URLResponse, received: Int64, request: URLRequest) throws {
+        let expected = response.expectedContentLength
+        guard expected > 0, received != expected, request.httpMethod?.uppercased() != "HEAD" else { return }
+        if let http = response as? HTTPURLResponse {
+            if http.statusCode == 304 || http.statusCode == 204 { return }
+            if let encoding = http.value(forHTTPHeaderField: "Content-Encoding"),
+               encoding.lowercased() != "identity" { return }
+        }
+        if received < expected {
+            throw Error.incompleteBody(expected: expected, received: received)
+        }
+    }
+}
+
+/// The session's delegate: routes each task's callbacks, which arrive on the session's
+/// delegate queue, to the stream of the load that started it.
+final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
+    enum Event: Sendable {
+        case response(URLResponse)
+        case data(Data)
+        case completed
+    }
+
+    struct Handler: Sendable {
+        let request: URLRequest
+        let validate: DataLoader.Validator
+        let continuation: AsyncThrowingStream<Event, any Error>.Continuation
+    }
+
+    private let handlers = Mutex<[Int: Handler]>([:])
+
+    func register(_ identifier: Int, _ handler: Handler) {
+        handlers.withLock { $0[identifier] = handler }
+    }
+
+    func unregister(_ identifier: Int) {
+        _ = handlers.withLock { $0.removeValue(forKey: identifier) }
+    }
+
+    private func handler(for task: URLSessionTask) -> Handler? {
+        handlers.withLock { $0[task.taskIdentifier] }
+    }
+
+    func urlSession(
+        _ session: URLSession,
+        dataTask: URLSessionDataTask,
+        didReceive response: URLResponse,
+        completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
+    ) {
+        guard let handler = handler(for: dataTask) else {
+            completionHandler(.cancel)
+            return
+        }
+        do {
+            try handler.validate(response, handler.request)
+        } catch {
+            unregister(dataTask.taskIdentifier)
+            handler.continuation.finish(throwing: error)
+            completionHandler(.cancel)
+            return
+        }
+        handler.continuation.yield(.response(response))
+        completionHandler(.allow)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        handler(for: dataTask)?.continuation.yield(.data(data))
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        guard let handler = handlers.withLock({ $0.removeValue(forKey: task.taskIdentifier) }) else { return }
+        if let error {
+            handler.continuation.finish(throwing: error)
+        } else {
+            handler.continuation.yield(.completed)
+            handler.continuation.finish()
+        }
+    }
+}

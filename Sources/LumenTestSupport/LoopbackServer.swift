@@ -1,0 +1,328 @@
+import Foundation
+
+/// An HTTP/1.1 server on 127.0.0.1 for tests: serves given bytes at given paths, with faults
+/// on demand, and counts everything it does.
+///
+/// The server listens on an ephemeral port (`baseURL` says which) and handles each
+/// connection on its own thread with blocking POSIX sockets; connections are kept alive
+/// between requests, as `URLSession` expects. Only `GET` and `HEAD` are served. Paths are
+/// matched verbatim, without the query string; an unknown path is a 404, a malformed request
+/// a 400 (the server never crashes on input, and a client that disconnects mid-response is
+/// counted, not fatal).
+///
+/// Per path you can add latency (`setLatency(_:for:)`), hold requests until released
+/// (`hold(_:)` / `release(_:)`), pause a body part-way (`holdBody(_:after:)`), force a status code (`respond(path:status:)`), cut the body
+/// short (`truncate(path:after:)`) or send it with chunked transfer encoding and no
+/// `Content-Length` (`setChunked(_:for:)`). A route with an ETag or a Last-Modified date
+/// answers matching conditional requests with `304 Not Modified` and no body.
+///
+/// Tests wait for the server without sleeping: `waitForRequests(path:count:)` and
+/// `waitUntil(_:)` suspend until the counters in `statistics` satisfy them.
+/// `recordedRequests` shows what clients sent (headers, query strings).
+///
+/// ```swift
+/// let server = try LoopbackServer()
+/// server.serve(path: "/a.jpg", data: jpeg, contentType: "image/jpeg", etag: "\"v1\"")
+/// server.hold("/a.jpg")
+/// let load = Task { try await loader.loadData(for: URLRequest(url: server.url(for: "/a.jpg"))) { _, _ in } }
+/// try await server.waitForRequests(path: "/a.jpg", count: 1)
+/// server.release("/a.jpg")
+/// ```
+///
+/// `stop()` closes the listener and every connection, wakes held requests and waits for all
+/// the server's threads to end; it is also called when the server is deinitialized.
+public final class LoopbackServer: Sendable {
+    /// What the server has done so far; a consistent snapshot.
+    public struct Statistics: Sendable, Equatable {
+        /// Requests whose head was parsed (any path, any outcome, including 404s).
+        public var totalRequests = 0
+        /// Requests per path (without the query string).
+        public var requestsByPath: [String: Int] = [:]
+        /// `304 Not Modified` responses sent.
+        public var notModifiedResponses = 0
+        /// Malformed requests answered with 400.
+        public var badRequests = 0
+        /// Content bytes written to sockets: bodies of routes served with `serve(...)`
+        /// (headers, chunk framing and the short bodies of error responses not included).
+        public var bodyBytesSent = 0
+        /// Connections accepted since the server started.
+        public var totalConnections = 0
+        /// Connections open now.
+        public var openConnections = 0
+        /// The most connections that were open at the same time.
+        public var peakConnections = 0
+        /// Requests being answered now (parsed, response not yet fully written).
+        public var inFlightRequests = 0
+        /// The most requests that were in flight at the same time.
+        public var peakInFlightRequests = 0
+        /// Requests waiting now because their path is held.
+        public var heldRequests = 0
+        /// Responses paused mid-body now, waiting for `release(_:)` (see `holdBody(_:after:)`).
+        public var pausedBodies = 0
+        /// Requests abandoned because the client closed the connection before the response
+        /// was fully written (for example a cancelled download).
+        public var clientDisconnects = 0
+
+        /// Requests that reached `path` (without the query string).
+        public func requests(for path: String) -> Int {
+            requestsByPath[LoopbackServer.normalize(path)] ?? 0
+        }
+    }
+
+    /// Errors from starting the server or waiting on it.
+    public enum Error: Swift.Error, Sendable, Equatable {
+        /// A socket call failed while starting; `errno` is the C error number.
+        case socket(call: String, errno: Int32)
+        /// The server was stopped (before `start()`, or while a wait was pending).
+        case stopped
+    }
+
+    let core: Core
+
+    /// The port the server listens on (valid after `start()`).
+    public var port: UInt16 { core.port }
+
+    /// `http://127.0.0.1:<port>`.
+    public var baseURL: URL { URL(string: "http://127.0.0.1:\(core.port)")! }
+
+    /// Creates a server and, when `start` is true (the default), starts listening at once.
+    /// - Throws: `LoopbackServer.Error.socket` when the listening socket cannot be set up.
+    public init(start: Bool = true) throws {
+        core = Core()
+        if start { try core.start() }
+    }
+
+    deinit {
+        core.stop()
+    }
+
+    /// Starts listening on 127.0.0.1 on an ephemeral port. Calling it on a running server
+    /// does nothing.
+    /// - Throws: `.socket` if a socket call fails, `.stopped` once the server was stopped.
+    public func start() throws {
+        try core.start()
+    }
+
+    /// Stops the server: closes the listener and every connection, wakes held and delayed
+    /// requests (which are then abandoned), fails pending waits with `.stopped`, and returns
+    /// once every server thread has ended. Safe to call more than once.
+    public func stop() {
+        core.stop()
+    }
+
+    /// The URL of `path` on this server (a leading "/" is added when missing).
+    public func url(for path: String) -> URL {
+        URL(string: "http://127.0.0.1:\(core.port)\(Self.normalize(path))")!
+    }
+
+    // MARK: Routes
+
+    /// Serves `data` at `path` with status 200, replacing any previous route for that path
+    /// (and resetting its faults: status override, truncation, chunking, latency).
+    ///
+    /// - Parameters:
+    ///   - headers: extra response headers, sent as given.
+    ///   - etag: sent as `ETag`; a request whose `If-None-Match` matches it gets a 304.
+    ///   - lastModified: an HTTP date sent as `Last-Modified`; a request without
+    ///     `If-None-Match` whose `If-Modified-Since` is at or after it gets a 304.
+    ///     `LoopbackServer.httpDate(_:)` formats one.
+    ///   - cacheControl: sent as `Cache-Control` (also on 304s).
+    public func serve(
+        path: String,
+        data: Data,
+        contentType: String = "application/octet-stream",
+        headers: [String: String] = [:],
+        etag: String? = nil,
+        lastModified: String? = nil,
+        cacheControl: String? = nil
+    ) {
+        let route = Route(
+            data: data, contentType: contentType, headers: headers,
+            etag: etag, lastModified: lastModified, cacheControl: cacheControl
+        )
+        core.update { $0.routes[Self.normalize(path)] = route }
+    }
+
+    /// Removes the route at `path`: later requests get a 404.
+    public func removeRoute(path: String) {
+        core.update { $0.routes[Self.normalize(path)] = nil }
+    }
+
+    /// Answers requests to `path` with `status` (and a short text body) instead of its
+    /// content, or restores the content when `status` is nil. Works on paths without content too.
+    public func respond(path: String, status: Int?) {
+        core.updateRoute(path) { $0.statusOverride = status }
+    }
+
+    /// Sends the full `Content-Length` for `path` but only the first `bytes` of the body, then
+    /// closes the connection; nil restores full bodies.
+    public func truncate(path: String, after bytes: Int?) {
+        core.updateRoute(path) { $0.truncateAfter = bytes.map { max(0, $0) } }
+    }
+
+    /// Sends `path`'s body with `Transfer-Encoding: chunked` and no `Content-Length`, in
+    /// chunks of `chunkSize` bytes, when `enabled`.
+    public func setChunked(_ enabled: Bool = true, for path: String, chunkSize: Int = 16 * 1024) {
+        core.updateRoute(path) {
+            $0.isChunked = enabled
+            $0.chunkSize = max(1, chunkSize)
+        }
+    }
+
+    /// Delays every response to `path` by `latency`, measured from the moment its request
+    /// arrives (a real wait on the server's connection thread). `.zero` removes the delay.
+    public func setLatency(_ latency: Duration, for path: String) {
+        core.updateRoute(path) { $0.latency = latency }
+    }
+
+    /// Holds requests to `path`: they are counted when they arrive, then wait on the server
+    /// until `release(_:)` (or `stop()`). A client that disconnects while held is noticed and
+    /// counted in `clientDisconnects`.
+    public func hold(_ path: String) {
+        core.update { $0.heldPaths.insert(Self.normalize(path)) }
+    }
+
+    /// Holds responses to `path` mid-body: the head and the first `bytes` of the body are
+    /// sent, then the rest waits until `release(_:)` (or `stop()`). Tests use it to keep a
+    /// download in progress; `statistics.pausedBodies` counts the responses waiting, and a
+    /// client that disconnects meanwhile is counted in `clientDisconnects`.
+    public func holdBody(_ path: String, after bytes: Int) {
+        let path = Self.normalize(path)
+        core.update { state in
+            var route = state.routes[path] ?? Route()
+            route.bodyPauseAfter = max(0, bytes)
+            state.routes[path] = route
+            state.heldBodies.insert(path)
+        }
+    }
+
+    /// Lets held requests and held bodies of `path` (and later ones) proceed.
+    public func release(_ path: String) {
+        let path = Self.normalize(path)
+        core.update {
+            $0.heldPaths.remove(path)
+            $0.heldBodies.remove(path)
+        }
+    }
+
+    /// Lets every held request and held body proceed.
+    public func releaseAll() {
+        core.update {
+            $0.heldPaths.removeAll()
+            $0.heldBodies.removeAll()
+        }
+    }
+
+    // MARK: Counters and waiting
+
+    /// A snapshot of the counters.
+    public var statistics: Statistics { core.withState { $0.stats } }
+
+    /// Requests that reached `path` so far.
+    public func requestCount(for path: String) -> Int { statistics.requests(for: path) }
+
+    /// A request as the server received it.
+    public struct RecordedRequest: Sendable, Equatable {
+        /// `GET`, `HEAD`, ...
+        public var method: String
+        /// The path without the query string.
+        public var path: String
+        /// The path with its query string, as sent.
+        public var target: String
+        /// Header fields by lowercased name; repeated fields are joined with ", ".
+        public var headers: [String: String]
+
+        /// The value of the header `name` (any case).
+        public func header(_ name: String) -> String? { headers[name.lowercased()] }
+    }
+
+    /// How many requests `recordedRequests` keeps; past it, the older half is dropped.
+    public static let requestLogLimit = 10_000
+
+    /// The requests received so far, oldest first (at most `requestLogLimit`, counted from
+    /// the last `resetStatistics()`), for asserting what a client sent: conditional headers,
+    /// credentials, query strings.
+    public var recordedRequests: [RecordedRequest] { core.withState { $0.log } }
+
+    /// The recorded requests to `path` (without the query string), oldest first.
+    public func recordedRequests(for path: String) -> [RecordedRequest] {
+        let path = Self.normalize(path)
+        return recordedRequests.filter { $0.path == path }
+    }
+
+    /// Resets every counter to zero except the live values (open connections and
+    /// in-flight and held requests), which are kept and become the new peaks.
+    public func resetStatistics() {
+        core.update {
+            let old = $0.stats
+            var fresh = Statistics()
+            fresh.openConnections = old.openConnections
+            fresh.peakConnections = old.openConnections
+            fresh.inFlightRequests = old.inFlightRequests
+            fresh.peakInFlightRequests = old.inFlightRequests
+            fresh.heldRequests = old.heldRequests
+            fresh.pausedBodies = old.pausedBodies
+            $0.stats = fresh
+            $0.log.removeAll()
+        }
+    }
+
+    /// Suspends until at least `count` requests have reached `path` in total.
+    /// - Throws: `CancellationError` if the waiting task is cancelled, `.stopped` if the
+    ///   server stops first.
+    public func waitForRequests(path: String, count: Int) async throws {
+        let path = Self.normalize(path)
+        try await waitUntil { $0.requests(for: path) >= count }
+    }
+
+    /// Suspends until `condition` holds for the counters. It is evaluated now and after every
+    /// change, on the server's threads with its lock held: keep it short and never call the
+    /// server from it.
+    /// - Throws: `CancellationError` if the waiting task is cancelled, `.stopped` if the
+    ///   server stops first.
+    public func waitUntil(_ condition: @escaping @Sendable (Statistics) -> Bool) async throws {
+        try await core.waitUntil(condition)
+    }
+
+    // MARK: Helpers
+
+    /// Formats `date` as an HTTP date (IMF-fixdate), e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
+    public static func httpDate(_ date: Date) -> String {
+        HTTPDate.format(date)
+    }
+
+    static func normalize(_ path: String) -> String {
+        path.hasPrefix("/") ? path : "/" + path
+    }
+}
+
+extension LoopbackServer {
+    /// One path's content and faults.
+    struct Route: Sendable {
+        var data: Data?
+        var contentType = "application/octet-stream"
+        var headers: [String: String] = [:]
+        var etag: String?
+        var lastModified: String?
+        var cacheControl: String?
+        var statusOverride: Int?
+        var truncateAfter: Int?
+        var isChunked = false
+        var chunkSize = 16 * 1024
+        var latency: Duration = .zero
+        var bodyPauseAfter: Int?
+
+        init(
+            data: Data? = nil, contentType: String = "application/octet-stream",
+            headers: [String: String] = [:], etag: String? = nil,
+            lastModified: String? = nil, cacheControl: String? = nil
+        ) {
+            self.data = data
+            self.contentType = contentType
+            self.headers = headers
+            self.etag = etag
+            self.lastModified = lastModified
+            self.cacheControl = cacheControl
+        }
+    }
+}

@@ -1,0 +1,285 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Synchronization
+import Testing
+import Lumen
+import LumenTestSupport
+
+/// `DataLoader` against the loopback server.
+@Suite(.timeLimit(.minutes(1)))
+struct LoaderTests {
+    let server: LoopbackServer
+    let loader = DataLoader()
+
+    init() throws {
+        server = try LoopbackServer()
+    }
+
+    @Test func largeBodyArrivesInOrderInSeveralChunks() async throws {
+        let body = Self.bytes(count: 3 * 1024 * 1024, seed: 1)
+        server.serve(path: "/large.jpg", data: body, contentType: "image/jpeg")
+        let sink = ChunkSink()
+
+        let response = try await loader.loadData(for: URLRequest(url: server.url(for: "/large.jpg")), didReceive: sink.append)
+
+        let http = try #require(response as? HTTPURLResponse)
+        #expect(http.statusCode == 200)
+        #expect(http.expectedContentLength == Int64(body.count))
+        #expect(http.mimeType == "image/jpeg")
+        #expect(sink.data == body)
+        // libcurl hands bodies over in buffers far smaller than 3 MB.
+        #expect(sink.chunks > 1)
+        #expect(sink.responsesMatched(http))
+        #expect(server.statistics.totalRequests == 1)
+    }
+
+    @Test func chunksArriveWhileTheDownloadIsStillRunning() async throws {
+        let body = Self.bytes(count: 1_000_000, seed: 7)
+        server.serve(path: "/progressive", data: body)
+        server.holdBody("/progressive", after: 400_000)
+        let (chunks, chunkSink) = AsyncStream.makeStream(of: Int.self)
+        let load = Task { [loader, server] in
+            let sink = ChunkSink()
+            _ = try await loader.loadData(for: URLRequest(url: server.url(for: "/progressive"))) { chunk, response in
+                sink.append(chunk, response)
+                chunkSink.yield(chunk.count)
+            }
+            chunkSink.finish()
+            return sink.data
+        }
+        // The first 400,000 bytes reach the caller while the server withholds the rest.
+        var received = 0
+        for await count in chunks {
+            received += count
+            if received >= 400_000 { break }
+        }
+        #expect(received == 400_000)
+        try await server.waitUntil { $0.pausedBodies == 1 }
+        server.release("/progressive")
+        #expect(try await load.value == body)
+    }
+
+    @Test(arguments: [404, 500, 503])
+    func nonSuccessStatusIsTypedError(status: Int) async throws {
+        server.serve(path: "/s", data: Data("body".utf8))
+        if status != 404 { server.respond(path: "/s", status: status) }
+        let path = status == 404 ? "/unknown" : "/s"
+        let sink = ChunkSink()
+
+        let error = await #expect(throws: DataLoader.Error.self) {
+            try await loader.loadData(for: URLRequest(url: server.url(for: path)), didReceive: sink.append)
+        }
+        guard case .statusCode(let code, let response)? = error else {
+            Issue.record("expected .statusCode, got \(String(describing: error))")
+            return
+        }
+        #expect(code == status)
+        #expect((response as? HTTPURLResponse)?.statusCode == status)
+        #expect(error?.statusCode == status)
+        #expect(sink.chunks == 0, "a rejected response's body is not delivered")
+    }
+
+    @Test func notModifiedPassesThroughForConditionalRequest() async throws {
+        server.serve(path: "/e", data: Self.bytes(count: 10_000, seed: 2), etag: "\"abc\"")
+        let url = server.url(for: "/e")
+
+        var conditional = URLRequest(url: url)
+        conditional.setValue("\"abc\"", forHTTPHeaderField: "If-None-Match")
+        let sink = ChunkSink()
+        let response = try await loader.loadData(for: conditional, didReceive: sink.append)
+        #expect((response as? HTTPURLResponse)?.statusCode == 304)
+        #expect(sink.chunks == 0)
+
+        let modified = LoopbackServer.httpDate(Date(timeIntervalSince1970: 1_600_000_000))
+        server.serve(path: "/m", data: Data("m".utf8), lastModified: modified)
+        var sinceRequest = URLRequest(url: server.url(for: "/m"))
+        sinceRequest.setValue(modified, forHTTPHeaderField: "If-Modified-Since")
+        let since = try await loader.loadData(for: sinceRequest, didReceive: sink.append)
+        #expect((since as? HTTPURLResponse)?.statusCode == 304)
+        #expect(server.statistics.notModifiedResponses == 2)
+        // The conditional headers reached the server as set.
+        #expect(server.recordedRequests(for: "/e").first?.header("If-None-Match") == "\"abc\"")
+        #expect(server.recordedRequests(for: "/m").first?.header("If-Modified-Since") == modified)
+
+        // A 304 to an unconditional request is an error like any other non-2xx status.
+        server.respond(path: "/e", status: 304)
+        await #expect(throws: DataLoader.Error.self) {
+            try await loader.loadData(for: URLRequest(url: url), didReceive: sink.append)
+        }
+    }
+
+    @Test func customValidatorCanAcceptErrorStatuses() async throws {
+        let lenient = DataLoader(validate: { _, _ in })
+        let sink = ChunkSink()
+        let response = try await lenient.loadData(for: URLRequest(url: server.url(for: "/nothing")), didReceive: sink.append)
+        #expect((response as? HTTPURLResponse)?.statusCode == 404)
+        #expect(sink.chunks > 0, "the error page's body is delivered")
+    }
+
+    @Test func cancellingTheTaskCancelsTheTransfer() async throws {
+        server.serve(path: "/held", data: Self.bytes(count: 100_000, seed: 3))
+        server.hold("/held")
+        let sink = ChunkSink()
+        let load = Task { [loader, server] in
+            try await loader.loadData(for: URLRequest(url: server.url(for: "/held")), didReceive: sink.append)
+        }
+        try await server.waitForRequests(path: "/held", count: 1)
+        load.cancel()
+
+        await #expect(throws: CancellationError.self) { try await load.value }
+        // The connection is closed under the held request: the server notices.
+        try await server.waitUntil { $0.clientDisconnects == 1 }
+        #expect(sink.chunks == 0)
+        #expect(server.statistics.bodyBytesSent == 0)
+    }
+
+    @Test func cancelledBeforeStartingSendsNothing() async throws {
+        server.serve(path: "/x", data: Data("x".utf8))
+        let load = Task { [loader, server] in
+            withUnsafeCurrentTask { $0?.cancel() }
+            return try await loader.loadData(for: URLRequest(url: server.url(for: "/x"))) { _, _ in }
+        }
+        await #expect(throws: CancellationError.self) { try await load.value }
+        #expect(server.statistics.totalRequests == 0)
+    }
+
+    @Test func throwingFromDidReceiveStopsTheLoad() async throws {
+        struct TooLarge: Error, Equatable {}
+        // The server pauses mid-body, so the transfer is still running when didReceive throws.
+        let size = 1024 * 1024
+        server.serve(path: "/big", data: Data(repeating: 0xA5, count: size))
+        server.holdBody("/big", after: 300_000)
+        let limit = 200_000
+        let calls = Mutex((count: 0, bytes: 0, afterThrow: 0))
+
+        await #expect(throws: TooLarge.self) {
+            try await loader.loadData(for: URLRequest(url: server.url(for: "/big"))) { chunk, _ in
+                let over = calls.withLock { state -> Bool in
+                    if state.bytes > limit { state.afterThrow += 1 }
+                    state.count += 1
+                    state.bytes += chunk.count
+                    return state.bytes > limit
+                }
+                if over { throw TooLarge() }
+            }
+        }
+        #expect(calls.withLock { $0.afterThrow } == 0, "no chunk is delivered after didReceive threw")
+        // The transfer was cancelled: the client closed the connection mid-body.
+        try await server.waitUntil { $0.clientDisconnects == 1 }
+        #expect(server.statistics.bodyBytesSent == 300_000)
+
+        // The loader is still usable afterwards.
+        server.serve(path: "/small", data: Data("ok".utf8))
+        let sink = ChunkSink()
+        _ = try await loader.loadData(for: URLRequest(url: server.url(for: "/small")), didReceive: sink.append)
+        #expect(sink.data == Data("ok".utf8))
+    }
+
+    @Test func truncatedBodyIsAnError() async throws {
+        let body = Self.bytes(count: 100_000, seed: 5)
+        server.serve(path: "/t", data: body)
+        server.truncate(path: "/t", after: 30_000)
+        let sink = ChunkSink()
+        let error = await #expect(throws: DataLoader.Error.self) {
+            try await loader.loadData(for: URLRequest(url: server.url(for: "/t")), didReceive: sink.append)
+        }
+        guard case .incompleteBody(let expected, let received)? = error else {
+            Issue.record("expected .incompleteBody, got \(String(describing: error))")
+            return
+        }
+        #expect(expected == Int64(body.count))
+        #expect(received == Int64(sink.data.count))
+        #expect(sink.data.count <= 30_000)
+        #expect(sink.data == body.prefix(sink.data.count))
+    }
+
+    @Test func chunkedBodyOfUnknownLength() async throws {
+        let body = Self.bytes(count: 700_000, seed: 6)
+        server.serve(path: "/c", data: body, contentType: "image/png")
+        server.setChunked(for: "/c", chunkSize: 10_000)
+        let sink = ChunkSink()
+        let response = try await loader.loadData(for: URLRequest(url: server.url(for: "/c")), didReceive: sink.append)
+        #expect(response.expectedContentLength == -1)
+        #expect(sink.data == body)
+    }
+
+    @Test func concurrentLoadsShareTheConnectionLimit() async throws {
+        let paths = (0..<20).map { "/image-\($0).jpg" }
+        var bodies: [String: Data] = [:]
+        for (i, path) in paths.enumerated() {
+            let body = Self.bytes(count: 5_000 + i * 37_000, seed: UInt64(100 + i))
+            bodies[path] = body
+            server.serve(path: path, data: body, contentType: "image/jpeg")
+            server.hold(path)
+        }
+        let limit = DataLoader.defaultConfiguration.httpMaximumConnectionsPerHost
+        #expect(limit == 6)
+
+        try await withThrowingTaskGroup(of: (String, Data).self) { group in
+            for round in 0..<3 {
+                for path in paths {
+                    group.addTask { [loader, server] in
+                        let sink = ChunkSink()
+                        _ = try await loader.loadData(for: URLRequest(url: server.url(for: path)), didReceive: sink.append)
+                        return (path, sink.data)
+                    }
+                }
+                _ = round
+            }
+            // Every connection the loader may open is busy with a held request.
+            try await server.waitUntil { $0.heldRequests == limit }
+            server.releaseAll()
+            var count = 0
+            for try await (path, data) in group {
+                #expect(data == bodies[path], "body of \(path)")
+                count += 1
+            }
+            #expect(count == 60)
+        }
+        let stats = server.statistics
+        #expect(stats.totalRequests == 60)
+        for path in paths { #expect(stats.requests(for: path) == 3) }
+        #expect(stats.peakConnections == limit)
+        #expect(stats.peakInFlightRequests <= limit)
+    }
+
+    /// Deterministic pseudo-random bytes (SplitMix64).
+    static func bytes(count: Int, seed: UInt64) -> Data {
+        var state = seed
+        var data = Data(count: count)
+        data.withUnsafeMutableBytes { (raw: UnsafeMutableRawBufferPointer) in
+            for i in 0..<count {
+                if i % 8 == 0 { state &+= 0x9E37_79B9_7F4A_7C15 }
+                var z = state
+                z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+                z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+                z ^= z >> 31
+                raw[i] = UInt8(truncatingIfNeeded: z >> ((i % 8) * 8))
+            }
+        }
+        return data
+    }
+}
+
+/// Collects the chunks a load delivers.
+final class ChunkSink: Sendable {
+    private let state = Mutex((data: Data(), chunks: 0, urls: Set<String>()))
+
+    var data: Data { state.withLock { $0.data } }
+    var chunks: Int { state.withLock { $0.chunks } }
+
+    @Sendable func append(_ chunk: Data, _ response: URLResponse) {
+        state.withLock {
+            $0.data.append(chunk)
+            $0.chunks += 1
+            $0.urls.insert(response.url?.absoluteString ?? "")
+        }
+    }
+
+    /// Whether every chunk came with a response for the same URL as `response`.
+    func responsesMatched(_ response: URLResponse) -> Bool {
+        state.withLock { $0.urls == [response.url?.absoluteString ?? ""] }
+    }
+}
