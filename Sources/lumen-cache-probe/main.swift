@@ -1,4 +1,109 @@
+// A second process for the disk cache's cross-process tests.
+//
+//   lumen-cache-probe write DIR PREFIX N SIZE [ROUNDS] [SEED]
+//       stores keys PREFIX-0 … PREFIX-(N-1), ROUNDS times over (seeds SEED, SEED+1, …),
+//       then flushes. Each payload is derivable from its key and seed (see `payload`).
+//   lumen-cache-probe read DIR PREFIX N [PASSES] [--require-all]
+//       reads every key PASSES times and verifies every byte of every hit; with
+//       --require-all a miss in the last pass is a failure too.
+//
+// Exits 0 when every read was a miss or exactly right, 1 on a wrong read (torn, mixed,
+// mismatched metadata), 2 on bad usage. Prints one summary line.
+import Foundation
 import Lumen
 
-// Writes and reads disk-cache keys from a second process (used by the cache tests).
-print("lumen-cache-probe")
+/// The payload stored under `key` by writer `seed`: 16 bytes of header (seed, length,
+/// little-endian) then `size` pseudo-random bytes from (key, seed). A reader recomputes it
+/// from the key and the seed it finds, so a torn or mixed file cannot pass.
+func payload(key: String, seed: UInt64, size: Int) -> Data {
+    var bytes = [UInt8]()
+    bytes.reserveCapacity(16 + size)
+    for i in 0..<8 { bytes.append(UInt8(truncatingIfNeeded: seed >> (8 * UInt64(i)))) }
+    for i in 0..<8 { bytes.append(UInt8(truncatingIfNeeded: UInt64(size) >> (8 * UInt64(i)))) }
+    var state: UInt64 = 0xcbf2_9ce4_8422_2325 ^ seed
+    for b in key.utf8 { state = (state ^ UInt64(b)) &* 0x100_0000_01b3 }
+    for _ in 0..<size {
+        state &+= 0x9e37_79b9_7f4a_7c15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
+        z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
+        bytes.append(UInt8(truncatingIfNeeded: z ^ (z >> 31)))
+    }
+    return Data(bytes)
+}
+
+/// `nil` when `data` is exactly what some writer stored for `key` with metadata `etag`.
+func verify(key: String, data: Data, etag: String?) -> String? {
+    guard data.count >= 16 else { return "\(key): \(data.count) bytes, shorter than the header" }
+    var seed: UInt64 = 0
+    var size: UInt64 = 0
+    for i in 0..<8 {
+        seed |= UInt64(data[data.startIndex + i]) << (8 * UInt64(i))
+        size |= UInt64(data[data.startIndex + 8 + i]) << (8 * UInt64(i))
+    }
+    guard size == UInt64(data.count - 16) else { return "\(key): length \(data.count - 16), header says \(size)" }
+    guard etag == "\"\(seed)\"" else { return "\(key): ETag \(etag ?? "nil") does not match seed \(seed)" }
+    guard payload(key: key, seed: seed, size: Int(size)) == data else { return "\(key): bytes differ from seed \(seed)" }
+    return nil
+}
+
+func usage() -> Never {
+    FileHandle.standardError.write(Data("usage: lumen-cache-probe write DIR PREFIX N SIZE [ROUNDS] [SEED] | read DIR PREFIX N [PASSES] [--require-all]\n".utf8))
+    exit(2)
+}
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+guard arguments.count >= 4, let count = Int(arguments[3]) else { usage() }
+let directory = URL(fileURLWithPath: arguments[1], isDirectory: true)
+let prefix = arguments[2]
+let cache = DataCache(name: "probe", directory: directory, sizeLimit: Int.max / 4, ttl: 365 * 24 * 3600) { failure in
+    FileHandle.standardError.write(Data("probe: \(failure)\n".utf8))
+}
+
+switch arguments[0] {
+case "write":
+    guard arguments.count >= 5, let size = Int(arguments[4]) else { usage() }
+    let rounds = arguments.count > 5 ? Int(arguments[5]) ?? 1 : 1
+    let seed = arguments.count > 6 ? UInt64(arguments[6]) ?? 1 : 1
+    for round in 0..<rounds {
+        let s = seed + UInt64(round)
+        for i in 0..<count {
+            let key = "\(prefix)-\(i)"
+            let metadata = CacheMetadata(etag: "\"\(s)\"", contentType: "application/octet-stream", storedAt: Date())
+            cache.storeData(payload(key: key, seed: s, size: size), metadata: metadata, for: key)
+        }
+        // Keep the queue (and so the memory held by pending writes) short.
+        cache.flush()
+    }
+    let failures = cache.metrics.writeFailures
+    print("wrote \(cache.metrics.writes) failures \(failures)")
+    exit(failures == 0 ? 0 : 1)
+case "read":
+    let passes = arguments.count > 4 ? Int(arguments[4]) ?? 1 : 1
+    let requireAll = arguments.contains("--require-all")
+    var hits = 0
+    var misses = 0
+    for pass in 0..<passes {
+        for i in 0..<count {
+            let key = "\(prefix)-\(i)"
+            guard let (data, metadata) = cache.cachedData(for: key) else {
+                misses += 1
+                if requireAll && pass == passes - 1 {
+                    print("FAIL \(key): missing")
+                    exit(1)
+                }
+                continue
+            }
+            if let problem = verify(key: key, data: data, etag: metadata.etag) {
+                print("FAIL \(problem)")
+                exit(1)
+            }
+            hits += 1
+        }
+    }
+    let corrupt = cache.metrics.corruptEntriesRemoved
+    print("hits \(hits) misses \(misses) corrupt \(corrupt)")
+    exit(corrupt == 0 ? 0 : 1)
+default:
+    usage()
+}
