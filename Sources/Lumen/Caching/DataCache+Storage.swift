@@ -258,9 +258,9 @@ struct DiskStore: Sendable {
         case invalid(EntryFormat.Invalid, inode: UInt64)
     }
 
-    /// Reads and validates the entry `name`, touching its modification date to `now` when it is
-    /// at least `touchInterval` old.
-    func readEntry(name: String, key: String, now: Date?, touchInterval: TimeInterval = 3600) throws -> ReadResult {
+    /// Reads and validates the entry `name`, touching its modification date (to `stamp()`) when
+    /// it is at least `touchInterval` older than `now`; `now == nil` never touches.
+    func readEntry(name: String, key: String, now: Date?, stamp: () -> Date = { Date() }, touchInterval: TimeInterval = 3600) throws -> ReadResult {
         let fd = open(path(name), O_RDONLY | O_CLOEXEC)
         if fd < 0 {
             if errno == ENOENT || errno == ENOTDIR { return .missing }
@@ -299,7 +299,7 @@ struct DiskStore: Sendable {
         }
         if let now, now.timeIntervalSince(modified) >= touchInterval {
             // Best effort: a failed touch only makes the entry look older to the next sweep.
-            try? stamp(path: path(name), now)
+            try? self.stamp(path: path(name), stamp())
         }
         return .entry(payload, metadata, modified: modified)
     }

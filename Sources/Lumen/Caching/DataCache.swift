@@ -131,6 +131,8 @@ public final class DataCache: DataCaching {
         /// Bytes on disk as far as this process knows; `nil` until the first scan.
         var totalSize: Int?
         var metrics = Metrics()
+        /// The last LRU stamp given out (see ``nextStamp()``).
+        var lastStamp = Date.distantPast
     }
 
     /// The default directory for a cache named `name`: `$XDG_CACHE_HOME/lumen/<name>` when
@@ -238,7 +240,7 @@ public final class DataCache: DataCaching {
     private func readFromDisk(_ key: String) -> (Data, CacheMetadata)? {
         let name = Self.filename(for: key)
         do {
-            switch try store.readEntry(name: name, key: key, now: clock.now) {
+            switch try store.readEntry(name: name, key: key, now: clock.now, stamp: nextStamp) {
             case .entry(let data, let metadata, _):
                 return (data, metadata)
             case .missing:
@@ -405,7 +407,7 @@ public final class DataCache: DataCaching {
             return
         }
         do {
-            let written = try store.writeAtomically(name: name, prefix: prefix, payload: data, now: clock.now)
+            let written = try store.writeAtomically(name: name, prefix: prefix, payload: data, now: nextStamp())
             state.withLock { $0.metrics.writes += 1 }
             adjustTotal(by: written.size - (written.replaced ?? 0))
         } catch {
@@ -417,7 +419,7 @@ public final class DataCache: DataCaching {
     private func performRenew(key: String, metadata: CacheMetadata) {
         let name = Self.filename(for: key)
         do {
-            guard let written = try store.rewritePrefix(name: name, key: key, metadata: metadata, now: clock.now) else { return }
+            guard let written = try store.rewritePrefix(name: name, key: key, metadata: metadata, now: nextStamp()) else { return }
             state.withLock { $0.metrics.renewals += 1 }
             adjustTotal(by: written.size - (written.replaced ?? 0))
         } catch {
@@ -494,6 +496,17 @@ public final class DataCache: DataCaching {
     }
 
     // MARK: Bookkeeping
+
+    /// The clock's time, nudged to be strictly later than the previous stamp (by a
+    /// microsecond) so that stamps given out within one clock tick still order the entries.
+    private func nextStamp() -> Date {
+        let now = clock.now
+        return state.withLock {
+            let stamp = max(now, $0.lastStamp.addingTimeInterval(1e-6))
+            $0.lastStamp = stamp
+            return stamp
+        }
+    }
 
     private func enqueue(_ key: String, _ operation: Pending) -> Int {
         state.withLock {
