@@ -138,12 +138,15 @@ public final class DataCache: DataCaching {
     /// The default directory for a cache named `name`: `$XDG_CACHE_HOME/lumen/<name>` when
     /// `XDG_CACHE_HOME` is an absolute path, else `~/.cache/lumen/<name>`.
     public static func defaultDirectory(name: String) -> URL {
-        let environment = ProcessInfo.processInfo.environment
+        defaultDirectory(name: name, environment: ProcessInfo.processInfo.environment, home: FileManager.default.homeDirectoryForCurrentUser)
+    }
+
+    static func defaultDirectory(name: String, environment: [String: String], home: URL) -> URL {
         let base: URL
         if let xdg = environment["XDG_CACHE_HOME"], xdg.hasPrefix("/") {
             base = URL(fileURLWithPath: xdg, isDirectory: true)
         } else {
-            base = FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".cache", isDirectory: true)
+            base = home.appendingPathComponent(".cache", isDirectory: true)
         }
         return base.appendingPathComponent("lumen", isDirectory: true).appendingPathComponent(name, isDirectory: true)
     }
