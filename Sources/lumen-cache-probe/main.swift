@@ -5,7 +5,8 @@
 //       then flushes. Each payload is derivable from its key and seed (see `payload`).
 //   lumen-cache-probe read DIR PREFIX N [PASSES] [--require-all]
 //       reads every key PASSES times and verifies every byte of every hit; with
-//       --require-all a miss in the last pass is a failure too.
+//       --require-all any miss is a failure too (for pre-populated keys: an atomic
+//       replacement never makes an entry disappear).
 //
 // Exits 0 when every read was a miss or exactly right, 1 on a wrong read (torn, mixed,
 // mismatched metadata), 2 on bad usage. Prints one summary line.
@@ -83,12 +84,12 @@ case "read":
     let requireAll = arguments.contains("--require-all")
     var hits = 0
     var misses = 0
-    for pass in 0..<passes {
+    for _ in 0..<passes {
         for i in 0..<count {
             let key = "\(prefix)-\(i)"
             guard let (data, metadata) = cache.cachedData(for: key) else {
                 misses += 1
-                if requireAll && pass == passes - 1 {
+                if requireAll {
                     print("FAIL \(key): missing")
                     exit(1)
                 }
