@@ -147,6 +147,30 @@ struct DataCacheTests {
         #expect(try entryNames(dir).count == 1)
     }
 
+    @Test func renewBeforeTheWriteLandsIsNotLost() throws {
+        let dir = try TemporaryDirectory()
+        let cache = makeCache(dir)
+        cache.storeData(bytes(100), metadata: metadata(etag: "\"v1\""), for: "a")
+        cache.renew(key: "a", metadata: metadata(etag: "\"v2\""))
+        #expect(cache.cachedData(for: "a")?.metadata.etag == "\"v2\"")
+        cache.flush()
+        #expect(makeCache(dir).cachedData(for: "a")?.metadata.etag == "\"v2\"")
+    }
+
+    @Test func aResponseThatCannotBeStoredRemovesTheOutdatedEntry() throws {
+        let dir = try TemporaryDirectory()
+        let cache = makeCache(dir, sizeLimit: 10_000)
+        cache.storeData(bytes(100), metadata: metadata(), for: "a")
+        cache.storeData(bytes(100), metadata: metadata(), for: "b")
+        cache.flush()
+        cache.storeData(bytes(100), metadata: CacheMetadata(headers: ["Cache-Control": "no-store"], now: clock.now), for: "a")
+        cache.storeData(bytes(20_000), metadata: metadata(), for: "b")
+        #expect(cache.cachedData(for: "a") == nil)
+        #expect(cache.cachedData(for: "b") == nil)
+        cache.flush()
+        #expect(try entryNames(dir).isEmpty)
+    }
+
     @Test func readTouchesTheStampAtMostOnceAnHour() throws {
         let dir = try TemporaryDirectory()
         let cache = makeCache(dir)

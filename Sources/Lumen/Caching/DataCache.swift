@@ -295,10 +295,14 @@ public final class DataCache: DataCaching {
     ///
     /// Returns at once; the file is written on the background queue (``flush()`` waits for it),
     /// and reads in this process see the new entry meanwhile. Not written: metadata that says
-    /// `no-store`, and entries larger than ``sizeLimit``. A write the disk refuses is dropped
-    /// and reported.
+    /// `no-store`, and entries larger than ``sizeLimit`` (those remove the previous entry for
+    /// `key`, now outdated). A write the disk refuses is dropped and reported.
     public func storeData(_ data: Data, metadata: CacheMetadata, for key: String) {
-        guard metadata.isStorable, EntryFormat.headerSize + data.count <= sizeLimit else { return }
+        guard metadata.isStorable, EntryFormat.headerSize + data.count <= sizeLimit else {
+            // A newer response that cannot be kept still makes the stored one outdated.
+            removeData(for: key)
+            return
+        }
         let generation = enqueue(key, .store(data, metadata))
         queue.async { [self] in
             performStore(key: key, data: data, metadata: metadata)
@@ -313,13 +317,17 @@ public final class DataCache: DataCaching {
     /// a temporary file renamed over the old one. Nothing happens when no valid entry exists.
     public func renew(key: String, metadata: CacheMetadata) {
         let generation: Int = state.withLock {
-            if case .store(let data, _)? = $0.pending[key]?.operation {
-                // Not on disk yet: renew the queued write instead.
-                $0.pending[key]!.operation = .store(data, metadata)
-                return $0.pending[key]!.generation
-            }
             $0.generation += 1
-            $0.pending[key] = (.renew(metadata), $0.generation)
+            switch $0.pending[key]?.operation {
+            case .store(let data, _)?:
+                // Not on disk yet: reads see the queued bytes with the new metadata; the
+                // renewal job below runs after the write and rewrites its header.
+                $0.pending[key] = (.store(data, metadata), $0.generation)
+            case .remove?:
+                break  // nothing left to renew
+            case .renew?, nil:
+                $0.pending[key] = (.renew(metadata), $0.generation)
+            }
             return $0.generation
         }
         queue.async { [self] in
@@ -431,12 +439,14 @@ public final class DataCache: DataCaching {
         }
     }
 
-    /// Adds `delta` to the running total (`nil`: unknown change, rescan at the next sweep),
-    /// and sweeps when the total crosses the limit. Only sweeps when called on the queue.
+    /// Adds `delta` to the running total (`nil`: unknown change, left to the next sweep), and
+    /// sweeps when the total crosses the limit or is unknown. A non-nil `delta` only on the
+    /// queue.
     private func adjustTotal(by delta: Int?) {
         let over: Bool = state.withLock {
-            guard let total = $0.totalSize else { return false }
             guard let delta else { return false }
+            // Unknown total (the first scan failed, say, on a missing directory): rescan now.
+            guard let total = $0.totalSize else { return true }
             $0.totalSize = max(0, total + delta)
             return $0.totalSize! > sizeLimit
         }
