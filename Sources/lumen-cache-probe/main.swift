@@ -8,6 +8,9 @@
 //       --require-all any miss is a failure too (for pre-populated keys: an atomic
 //       replacement never makes an entry disappear).
 //
+//   lumen-cache-probe bench-memory            ns per synchronous memory-cache hit
+//   lumen-cache-probe bench-sweep DIR N       ms for a sweep over N entries (N small entries written first)
+//
 // Exits 0 when every read was a miss or exactly right, 1 on a wrong read (torn, mixed,
 // mismatched metadata), 2 on bad usage. Prints one summary line.
 import Foundation
@@ -54,6 +57,39 @@ func usage() -> Never {
 }
 
 let arguments = Array(CommandLine.arguments.dropFirst())
+
+if arguments.first == "bench-memory" {
+    let cache = ImageCache(costLimit: 1 << 30)
+    let keys = (0..<1000).map { ImageCacheKey(imageID: "https://example.com/\($0).jpg", decodeSize: .maxPixelSize(256)) }
+    let image = ImageContainer(image: Bitmap(width: 16, height: 16, format: .rgba8, pixels: [UInt8](repeating: 0, count: 1024)))
+    for key in keys { cache[key] = image }
+    let rounds = 2000
+    var found = 0
+    let start = ContinuousClock.now
+    for _ in 0..<rounds {
+        for key in keys where cache[key] != nil { found += 1 }
+    }
+    let elapsed = ContinuousClock.now - start
+    let nanos = Double(elapsed.components.seconds) * 1e9 + Double(elapsed.components.attoseconds) / 1e9
+    print("syncHitNanos \(nanos / Double(found)) hits \(found)")
+    exit(0)
+}
+
+if arguments.first == "bench-sweep", arguments.count >= 3, let n = Int(arguments[2]) {
+    let directory = URL(fileURLWithPath: arguments[1], isDirectory: true)
+    let cache = DataCache(name: "bench", directory: directory, sizeLimit: Int.max / 4)
+    for i in 0..<n {
+        cache.storeData(Data(repeating: UInt8(i & 0xff), count: 256), metadata: CacheMetadata(storedAt: Date()), for: "key-\(i)")
+    }
+    cache.flush()
+    let start = ContinuousClock.now
+    cache.sweep()
+    cache.flush()
+    let elapsed = ContinuousClock.now - start
+    print("sweepMillis \(Double(elapsed.components.attoseconds) / 1e15 + Double(elapsed.components.seconds) * 1000) entries \(n)")
+    exit(0)
+}
+
 guard arguments.count >= 4, let count = Int(arguments[3]) else { usage() }
 let directory = URL(fileURLWithPath: arguments[1], isDirectory: true)
 let prefix = arguments[2]
