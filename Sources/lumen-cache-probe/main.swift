@@ -72,6 +72,17 @@ if arguments.first == "bench-memory" {
     let elapsed = ContinuousClock.now - start
     let nanos = Double(elapsed.components.seconds) * 1e9 + Double(elapsed.components.attoseconds) / 1e9
     print("syncHitNanos \(nanos / Double(found)) hits \(found)")
+    // Baseline: the same keys in a plain dictionary, no lock.
+    var plain: [ImageCacheKey: ImageContainer] = [:]
+    for key in keys { plain[key] = image }
+    var plainFound = 0
+    let plainStart = ContinuousClock.now
+    for _ in 0..<rounds {
+        for key in keys where plain[key] != nil { plainFound += 1 }
+    }
+    let plainElapsed = ContinuousClock.now - plainStart
+    let plainNanos = Double(plainElapsed.components.seconds) * 1e9 + Double(plainElapsed.components.attoseconds) / 1e9
+    print("dictionaryHitNanos \(plainNanos / Double(plainFound))")
     exit(0)
 }
 

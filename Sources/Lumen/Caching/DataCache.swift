@@ -173,7 +173,7 @@ public final class DataCache: DataCaching {
         syncsToDisk: Bool = false,
         onFailure: (@Sendable (Failure) -> Void)? = nil
     ) {
-        precondition(!name.isEmpty && !name.contains("/"), "DataCache: name must be one path component, got \"\(name)\"")
+        precondition(!name.isEmpty && !name.contains("/") && name != "." && name != "..", "DataCache: name must be one path component, got \"\(name)\"")
         precondition(sizeLimit > 0, "DataCache: sizeLimit must be positive")
         precondition(ttl > 0, "DataCache: ttl must be positive")
         let directory = directory ?? Self.defaultDirectory(name: name)

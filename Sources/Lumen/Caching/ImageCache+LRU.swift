@@ -1,19 +1,16 @@
 import Foundation
 
 /// The memory cache's state: a dictionary from key to slot, and an intrusive doubly linked
-/// list threaded through an array of slots, most recently used at `head`.
+/// list threaded through parallel arrays of slots, most recently used at `head`.
 ///
-/// Slots are reused through a free list, so steady-state lookups and stores allocate nothing
-/// beyond what `Dictionary` does. Only ever touched under ``ImageCache``'s lock.
+/// The links, costs and stamps live in plain `Int`/`Double` arrays apart from the entries, so
+/// moving an entry to the head touches no reference counts; slots are reused through a free
+/// list, so steady-state lookups allocate nothing. Only ever touched under ``ImageCache``'s
+/// lock.
 struct LRUList: ~Copyable {
-    struct Node {
+    struct Entry {
         var key: ImageCacheKey
         var value: ImageContainer
-        var cost: Int
-        /// When it was stored, as `timeIntervalSinceReferenceDate` (0 when no TTL is set).
-        var storedAt: Double
-        var previous: Int  // towards head (more recent), -1 for none
-        var next: Int      // towards tail (less recent), -1 for none
     }
 
     var costLimit: Int
@@ -23,7 +20,12 @@ struct LRUList: ~Copyable {
     var metrics = ImageCache.Metrics()
 
     private var index: [ImageCacheKey: Int] = [:]
-    private var slots: [Node?] = []
+    private var entries: [Entry?] = []
+    private var costs: [Int] = []
+    /// When each entry was stored, as `timeIntervalSinceReferenceDate` (0 when no TTL is set).
+    private var storedAt: [Double] = []
+    private var previous: [Int] = []  // towards head (more recent), -1 for none
+    private var next: [Int] = []      // towards tail (less recent), -1 for none
     private var freeSlots: [Int] = []
     private var head = -1
     private var tail = -1
@@ -36,22 +38,22 @@ struct LRUList: ~Copyable {
 
     var count: Int { index.count }
 
-    /// The value for `key`, moved to the head; an entry stored before `threshold` (when given)
-    /// is expired: removed and reported as a miss.
+    /// The value for `key`, moved to the head; an entry stored at or before `threshold` (when
+    /// given) is expired: removed and reported as a miss.
     mutating func lookup(_ key: ImageCacheKey, storedNoEarlierThan threshold: Double?) -> ImageContainer? {
         guard let slot = index[key] else {
             metrics.misses += 1
             return nil
         }
-        if let threshold, slots[slot]!.storedAt <= threshold {
-            unlinkAndFree(slot, key: key)
+        if let threshold, storedAt[slot] <= threshold {
+            free(slot, key: key)
             metrics.expirations += 1
             metrics.misses += 1
             return nil
         }
         moveToHead(slot)
         metrics.hits += 1
-        return slots[slot]!.value
+        return entries[slot]?.value
     }
 
     /// Stores `value` at the head and evicts to the limits; `false` (and nothing stored) when
@@ -64,24 +66,27 @@ struct LRUList: ~Copyable {
         }
         metrics.writes += 1
         if let slot = index[key] {
-            totalCost += cost - slots[slot]!.cost
-            slots[slot]!.value = value
-            slots[slot]!.cost = cost
-            slots[slot]!.storedAt = now
+            totalCost += cost - costs[slot]
+            entries[slot] = Entry(key: key, value: value)
+            costs[slot] = cost
+            storedAt[slot] = now
             moveToHead(slot)
         } else {
-            let node = Node(key: key, value: value, cost: cost, storedAt: now, previous: -1, next: head)
             let slot: Int
             if let reused = freeSlots.popLast() {
                 slot = reused
-                slots[slot] = node
+                entries[slot] = Entry(key: key, value: value)
+                costs[slot] = cost
+                storedAt[slot] = now
             } else {
-                slot = slots.count
-                slots.append(node)
+                slot = entries.count
+                entries.append(Entry(key: key, value: value))
+                costs.append(cost)
+                storedAt.append(now)
+                previous.append(-1)
+                next.append(-1)
             }
-            if head >= 0 { slots[head]!.previous = slot }
-            head = slot
-            if tail < 0 { tail = slot }
+            linkAtHead(slot)
             index[key] = slot
             totalCost += cost
         }
@@ -92,13 +97,17 @@ struct LRUList: ~Copyable {
     /// Removes the entry for `key`; `true` when there was one.
     mutating func remove(_ key: ImageCacheKey) -> Bool {
         guard let slot = index[key] else { return false }
-        unlinkAndFree(slot, key: key)
+        free(slot, key: key)
         return true
     }
 
     mutating func removeAll() {
         index.removeAll()
-        slots.removeAll()
+        entries.removeAll()
+        costs.removeAll()
+        storedAt.removeAll()
+        previous.removeAll()
+        next.removeAll()
         freeSlots.removeAll()
         head = -1
         tail = -1
@@ -113,7 +122,8 @@ struct LRUList: ~Copyable {
     mutating func trim(toCost cost: Int, toCount countBound: Int) {
         while tail >= 0, totalCost > cost || index.count > countBound {
             let slot = tail
-            unlinkAndFree(slot, key: slots[slot]!.key)
+            guard let key = entries[slot]?.key else { preconditionFailure("LRUList: linked slot \(slot) is empty") }
+            free(slot, key: key)
             metrics.evictions += 1
         }
     }
@@ -122,35 +132,39 @@ struct LRUList: ~Copyable {
         var keys: [ImageCacheKey] = []
         var slot = head
         while slot >= 0 {
-            keys.append(slots[slot]!.key)
-            slot = slots[slot]!.next
+            if let key = entries[slot]?.key { keys.append(key) }
+            slot = next[slot]
         }
         return keys
     }
 
     // MARK: List surgery
 
-    private mutating func moveToHead(_ slot: Int) {
-        guard slot != head else { return }
-        unlink(slot)
-        slots[slot]!.previous = -1
-        slots[slot]!.next = head
-        if head >= 0 { slots[head]!.previous = slot }
+    private mutating func linkAtHead(_ slot: Int) {
+        previous[slot] = -1
+        next[slot] = head
+        if head >= 0 { previous[head] = slot }
         head = slot
         if tail < 0 { tail = slot }
     }
 
-    private mutating func unlink(_ slot: Int) {
-        let previous = slots[slot]!.previous
-        let next = slots[slot]!.next
-        if previous >= 0 { slots[previous]!.next = next } else { head = next }
-        if next >= 0 { slots[next]!.previous = previous } else { tail = previous }
+    private mutating func moveToHead(_ slot: Int) {
+        guard slot != head else { return }
+        unlink(slot)
+        linkAtHead(slot)
     }
 
-    private mutating func unlinkAndFree(_ slot: Int, key: ImageCacheKey) {
+    private mutating func unlink(_ slot: Int) {
+        let before = previous[slot]
+        let after = next[slot]
+        if before >= 0 { next[before] = after } else { head = after }
+        if after >= 0 { previous[after] = before } else { tail = before }
+    }
+
+    private mutating func free(_ slot: Int, key: ImageCacheKey) {
         unlink(slot)
-        totalCost -= slots[slot]!.cost
-        slots[slot] = nil
+        totalCost -= costs[slot]
+        entries[slot] = nil
         freeSlots.append(slot)
         index[key] = nil
     }

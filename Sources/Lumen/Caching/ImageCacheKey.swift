@@ -33,6 +33,27 @@ public struct ImageCacheKey: Hashable, Sendable {
         self.credentialFingerprint = credentialFingerprint
         self.decodeSize = decodeSize
         self.processorIdentities = processors.map { ProcessorIdentity($0) }
+        var hasher = Hasher()
+        hasher.combine(imageID)
+        hasher.combine(credentialFingerprint)
+        hasher.combine(decodeSize)
+        hasher.combine(processorIdentities)
+        self.precomputedHash = hasher.finalize()
+    }
+
+    /// The hash of all four parts, computed once: the hit path hashes one `Int`.
+    private let precomputedHash: Int
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(precomputedHash)
+    }
+
+    public static func == (lhs: ImageCacheKey, rhs: ImageCacheKey) -> Bool {
+        lhs.precomputedHash == rhs.precomputedHash
+            && lhs.imageID == rhs.imageID
+            && lhs.credentialFingerprint == rhs.credentialFingerprint
+            && lhs.decodeSize == rhs.decodeSize
+            && lhs.processorIdentities == rhs.processorIdentities
     }
 
     /// Header names that always count as credentials (compared case-insensitively).
