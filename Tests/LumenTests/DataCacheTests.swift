@@ -286,6 +286,36 @@ struct DataCacheTests {
         #expect(try entryNames(dir).count == 20)
     }
 
+    @Test func concurrentCallersSeeOnlyWhatWasStored() async throws {
+        let dir = try TemporaryDirectory()
+        let cache = makeCache(dir)
+        func value(_ key: String, _ version: Int) -> Data { Data((key + "#\(version)").utf8) }
+        await withTaskGroup(of: Void.self) { group in
+            for task in 0..<8 {
+                group.addTask {
+                    var rng = SplitMix(seed: UInt64(task))
+                    for _ in 0..<300 {
+                        let key = "k\(rng.next() % 20)"
+                        switch rng.next() % 4 {
+                        case 0: cache.storeData(value(key, Int(rng.next() % 5)), metadata: CacheMetadata(storedAt: Date()), for: key)
+                        case 1: if rng.next() % 8 == 0 { cache.removeData(for: key) }
+                        default:
+                            if let hit = cache.cachedData(for: key) {
+                                let text = String(decoding: hit.data, as: UTF8.self)
+                                #expect(text.hasPrefix(key + "#"), "\(key) answered \(text)")
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        await cache.flush()
+        let m = cache.metrics
+        #expect(m.lookups == m.hits + m.misses)
+        #expect(m.corruptEntriesRemoved == 0 && m.writeFailures == 0)
+        #expect(failures.all.isEmpty)
+    }
+
     @Test func defaultDirectoryFollowsXDG() {
         let home = URL(fileURLWithPath: "/home/someone", isDirectory: true)
         func directory(_ environment: [String: String]) -> String {
