@@ -316,6 +316,20 @@ struct DataCacheTests {
         #expect(failures.all.isEmpty)
     }
 
+    @Test func keysSeparateIdentityCredentialsAndVariants() {
+        let plain = DataCache.key(imageID: "https://x/a.jpg")
+        let alice = DataCache.key(imageID: "https://x/a.jpg", credentialFingerprint: "f1")
+        let bob = DataCache.key(imageID: "https://x/a.jpg", credentialFingerprint: "f2")
+        let thumb = DataCache.key(imageID: "https://x/a.jpg", variant: "resize(100)")
+        let other = DataCache.key(imageID: "https://x/b.jpg")
+        #expect(Set([plain, alice, bob, thumb, other]).count == 5)
+        #expect(DataCache.key(imageID: "https://x/a.jpg", credentialFingerprint: "f1") == alice)
+        // An identity crafted to contain another key's suffix does not collide with it.
+        let crafted = DataCache.key(imageID: "https://x/a.jpg;cred2:f1;variant-")
+        #expect(crafted != alice)
+        #expect(DataCache.key(imageID: "a", variant: "") != DataCache.key(imageID: "a"))
+    }
+
     @Test func defaultDirectoryFollowsXDG() {
         let home = URL(fileURLWithPath: "/home/someone", isDirectory: true)
         func directory(_ environment: [String: String]) -> String {
