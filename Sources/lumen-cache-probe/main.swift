@@ -8,6 +8,10 @@
 //       --require-all any miss is a failure too (for pre-populated keys: an atomic
 //       replacement never makes an entry disappear).
 //
+//   lumen-cache-probe full-disk DIR
+//       simulates a full disk (RLIMIT_FSIZE of 64 KiB, so a larger write fails with EFBIG):
+//       stores a small entry and a large one, and checks that the large write was dropped and
+//       reported, nothing partial is left, and the small entry still reads back.
 //   lumen-cache-probe bench-memory            ns per synchronous memory-cache hit
 //   lumen-cache-probe bench-sweep DIR N       ms for a sweep over N entries (N small entries written first)
 //
@@ -15,6 +19,7 @@
 // mismatched metadata), 2 on bad usage. Prints one summary line.
 import Foundation
 import Lumen
+import Synchronization
 
 /// The payload stored under `key` by writer `seed`: 16 bytes of header (seed, length,
 /// little-endian) then `size` pseudo-random bytes from (key, seed). A reader recomputes it
@@ -51,6 +56,13 @@ func verify(key: String, data: Data, etag: String?) -> String? {
     return nil
 }
 
+/// The failures a cache reported, from any thread.
+final class FailureLog: Sendable {
+    private let failures = Mutex<[DataCache.Failure]>([])
+    func add(_ failure: DataCache.Failure) { failures.withLock { $0.append(failure) } }
+    var all: [DataCache.Failure] { failures.withLock { $0 } }
+}
+
 func usage() -> Never {
     FileHandle.standardError.write(Data("usage: lumen-cache-probe write DIR PREFIX N SIZE [ROUNDS] [SEED] | read DIR PREFIX N [PASSES] [--require-all]\n".utf8))
     exit(2)
@@ -84,6 +96,33 @@ if arguments.first == "bench-memory" {
     let plainNanos = Double(plainElapsed.components.seconds) * 1e9 + Double(plainElapsed.components.attoseconds) / 1e9
     print("dictionaryHitNanos \(plainNanos / Double(plainFound))")
     exit(0)
+}
+
+if arguments.first == "full-disk", arguments.count >= 2 {
+    // A file-size limit is per process: here it cannot disturb the test runner.
+    signal(SIGXFSZ, SIG_IGN)
+    var limit = rlimit(rlim_cur: 64 * 1024, rlim_max: 64 * 1024)
+    guard setrlimit(Int32(RLIMIT_FSIZE.rawValue), &limit) == 0 else {
+        print("FAIL setrlimit")
+        exit(1)
+    }
+    let failures = FailureLog()
+    let cache = DataCache(name: "full", directory: URL(fileURLWithPath: arguments[1], isDirectory: true)) { failures.add($0) }
+    let small = payload(key: "small", seed: 1, size: 16 * 1024)
+    cache.storeData(small, metadata: CacheMetadata(etag: "\"1\"", storedAt: Date()), for: "small")
+    cache.storeData(payload(key: "large", seed: 1, size: 200 * 1024), metadata: CacheMetadata(etag: "\"1\"", storedAt: Date()), for: "large")
+    cache.flush()
+    var problems: [String] = []
+    let reported = failures.all
+    if cache.metrics.writeFailures != 1 { problems.append("writeFailures \(cache.metrics.writeFailures)") }
+    if reported.map(\.kind) != [.writeFailed] || reported.first?.key != "large" { problems.append("reported \(reported)") }
+    if reported.first?.errorCode != EFBIG { problems.append("errno \(String(describing: reported.first?.errorCode))") }
+    if cache.cachedData(for: "large") != nil { problems.append("large entry readable") }
+    if cache.cachedData(for: "small")?.data != small { problems.append("small entry lost") }
+    let names = (try? FileManager.default.contentsOfDirectory(atPath: arguments[1])) ?? []
+    if names != [DataCache.filename(for: "small")] { problems.append("files \(names)") }
+    print(problems.isEmpty ? "ok" : "FAIL \(problems.joined(separator: "; "))")
+    exit(problems.isEmpty ? 0 : 1)
 }
 
 if arguments.first == "bench-sweep", arguments.count >= 3, let n = Int(arguments[2]) {

@@ -140,6 +140,18 @@ struct DataCacheCrossProcessTests {
         let leftovers = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasPrefix(".tmp-") }
         #expect(leftovers.isEmpty)
     }
+
+    /// A full disk cannot be made in a test runner shared with other tests; the probe makes
+    /// its own writes fail past 64 KiB (RLIMIT_FSIZE, EFBIG) and checks the cache's reaction.
+    @Test func fullDiskDropsTheWriteAndReportsIt() async throws {
+        let dir = try TemporaryDirectory()
+        let probe = try Probe(["full-disk", dir.path])
+        #expect(await probe.exitStatus() == 0, "\(probe.printed)")
+        // Checked again from here: only the small entry, intact; no temporary file left.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path) == [DataCache.filename(for: "small")])
+        let hit = try #require(DataCache(name: "x", directory: dir.url).cachedData(for: "small"))
+        #expect(probeVerify(key: "small", data: hit.data, etag: hit.metadata.etag) == 1)
+    }
 }
 
 /// The probe's payload for `key` from writer `seed` (the same derivation as
