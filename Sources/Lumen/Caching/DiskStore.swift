@@ -97,7 +97,7 @@ struct DiskStore: Sendable {
         guard fstat(fd, &st) == 0 else { throw IOError("fstat \(path(name))") }
         let inode = UInt64(st.st_ino)
         let size = Int(st.st_size)
-        let modified = Self.date(st.st_mtim)
+        let modified = Self.modificationDate(st)
         var headerBytes = [UInt8](repeating: 0, count: EntryFormat.headerSize)
         let got = try headerBytes.withUnsafeMutableBytes { (b) in try readFully(fd, into: b, at: 0) }
         let header: EntryFormat.Header
@@ -143,7 +143,7 @@ struct DiskStore: Sendable {
         }
         do {
             let header = try EntryFormat.decodeHeader(headerBytes.prefix(got), fileSize: Int(st.st_size))
-            return .success(EntryFile(name: name, size: Int(st.st_size), modified: Self.date(st.st_mtim), storedAt: header.storedAt))
+            return .success(EntryFile(name: name, size: Int(st.st_size), modified: Self.modificationDate(st), storedAt: header.storedAt))
         } catch let invalid {
             return .failure(invalid)
         }
@@ -185,7 +185,7 @@ struct DiskStore: Sendable {
     func fileStatus(_ path: String) -> (size: Int, modified: Date)? {
         var st = stat()
         guard stat(path, &st) == 0 else { return nil }
-        return (Int(st.st_size), Self.date(st.st_mtim))
+        return (Int(st.st_size), Self.modificationDate(st))
     }
 
     // MARK: Helpers
@@ -218,22 +218,27 @@ struct DiskStore: Sendable {
     }
 
     private func stamp(fd: Int32, _ date: Date) throws {
-        var times = [Self.timespec(date), Self.timespec(date)]
+        var times = [Self.makeTimespec(date), Self.makeTimespec(date)]
         guard futimens(fd, &times) == 0 else { throw IOError("futimens") }
     }
 
     func stamp(path: String, _ date: Date) throws {
-        var times = [Self.timespec(date), Self.timespec(date)]
+        var times = [Self.makeTimespec(date), Self.makeTimespec(date)]
         guard utimensat(AT_FDCWD, path, &times, 0) == 0 else { throw IOError("utimensat \(path)") }
     }
 
-    static func timespec(_ date: Date) -> Glibc.timespec {
+    static func makeTimespec(_ date: Date) -> timespec {
         let t = date.timeIntervalSince1970
         let seconds = t.rounded(.down)
-        return Glibc.timespec(tv_sec: Int(seconds), tv_nsec: Int(((t - seconds) * 1e9).rounded(.down)))
+        return timespec(tv_sec: Int(seconds), tv_nsec: Int(((t - seconds) * 1e9).rounded(.down)))
     }
 
-    static func date(_ ts: Glibc.timespec) -> Date {
-        Date(timeIntervalSince1970: Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9)
+    static func modificationDate(_ st: stat) -> Date {
+        #if canImport(Darwin)
+        let ts = st.st_mtimespec
+        #else
+        let ts = st.st_mtim
+        #endif
+        return Date(timeIntervalSince1970: Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9)
     }
 }
