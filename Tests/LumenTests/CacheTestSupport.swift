@@ -3,7 +3,7 @@ import Synchronization
 @testable import Lumen
 
 /// A clock the test moves by hand.
-final class ManualClock: Sendable {
+final class CacheTestClock: Sendable {
     private let current: Mutex<Date>
 
     init(_ start: Date = Date(timeIntervalSince1970: 1_800_000_000)) {
@@ -22,7 +22,7 @@ final class ManualClock: Sendable {
 }
 
 /// Collects what a callback reports, from any thread.
-final class Recorder<Value: Sendable>: Sendable {
+final class CacheTestRecorder<Value: Sendable>: Sendable {
     private let values = Mutex<[Value]>([])
 
     func record(_ value: Value) { values.withLock { $0.append(value) } }
@@ -31,7 +31,7 @@ final class Recorder<Value: Sendable>: Sendable {
 }
 
 /// A fresh directory under the system temporary directory, removed by `remove()`.
-struct TemporaryDirectory: ~Copyable {
+struct CacheTestDirectory: ~Copyable {
     let url: URL
 
     init() throws {
@@ -50,9 +50,40 @@ struct TemporaryDirectory: ~Copyable {
 }
 
 /// A decoded image of exactly `cost` bytes (a multiple of 4), filled with `fill`.
-func container(cost: Int, fill: UInt8 = 0) -> ImageContainer {
+func cacheTestImage(cost: Int, fill: UInt8 = 0) -> ImageContainer {
     precondition(cost % 4 == 0 && cost > 0)
     return ImageContainer(image: Bitmap(width: cost / 4, height: 1, format: .rgba8, pixels: [UInt8](repeating: fill, count: cost)))
 }
 
-func key(_ id: String) -> ImageCacheKey { ImageCacheKey(imageID: id) }
+func cacheKey(_ id: String) -> ImageCacheKey { ImageCacheKey(imageID: id) }
+
+/// A small deterministic generator for test sequences.
+struct CacheTestRandom: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9e37_79b9_7f4a_7c15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
+        z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
+        return z ^ (z >> 31)
+    }
+}
+
+/// The SHA-256 of `data` computed by the system's `sha256sum`, an implementation independent
+/// of the one under test.
+func cacheTestSHA256(_ data: Data) -> String? {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = ["sha256sum"]
+    let input = Pipe()
+    let output = Pipe()
+    process.standardInput = input
+    process.standardOutput = output
+    do { try process.run() } catch { return nil }
+    input.fileHandleForWriting.write(data)
+    try? input.fileHandleForWriting.close()
+    let result = output.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return String(decoding: result, as: UTF8.self).split(separator: " ").first.map(String.init)
+}

@@ -76,7 +76,7 @@ struct DataCacheCrossProcessTests {
     }
 
     /// Stores every key with writer seed `seed` from this process.
-    func prepopulate(_ dir: borrowing TemporaryDirectory, seed: UInt64) {
+    func prepopulate(_ dir: borrowing CacheTestDirectory, seed: UInt64) {
         let cache = DataCache(name: "x", directory: dir.url)
         for i in 0..<Self.keyCount {
             let key = "k-\(i)"
@@ -87,9 +87,9 @@ struct DataCacheCrossProcessTests {
     }
 
     @Test func readsNeverSeeATornFileWhileAnotherProcessWrites() async throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         prepopulate(dir, seed: 1000)
-        let failures = Recorder<DataCache.Failure>()
+        let failures = CacheTestRecorder<DataCache.Failure>()
         let reader = DataCache(name: "x", directory: dir.url) { failures.record($0) }
         let writer = try Probe(["write", dir.path, "k", "\(Self.keyCount)", "\(Self.payloadSize)", "8", "1"])
         var reads = 0
@@ -119,7 +119,7 @@ struct DataCacheCrossProcessTests {
     }
 
     @Test func twoWritingProcessesAndAReadingOneAgree() async throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         prepopulate(dir, seed: 1000)
         let n = "\(Self.keyCount)"
         let size = "\(Self.payloadSize)"
@@ -144,7 +144,7 @@ struct DataCacheCrossProcessTests {
     /// A full disk cannot be made in a test runner shared with other tests; the probe makes
     /// its own writes fail past 64 KiB (RLIMIT_FSIZE, EFBIG) and checks the cache's reaction.
     @Test func fullDiskDropsTheWriteAndReportsIt() async throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let probe = try Probe(["full-disk", dir.path])
         #expect(await probe.exitStatus() == 0, "\(probe.printed)")
         // Checked again from here: only the small entry, intact; no temporary file left.

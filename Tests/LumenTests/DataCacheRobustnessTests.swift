@@ -6,10 +6,10 @@ import Testing
 /// deleted or made unwritable mid-run. Never a throw, never wrong bytes; always reported.
 @Suite(.timeLimit(.minutes(1)))
 struct DataCacheRobustnessTests {
-    let clock = ManualClock()
-    let failures = Recorder<DataCache.Failure>()
+    let clock = CacheTestClock()
+    let failures = CacheTestRecorder<DataCache.Failure>()
 
-    func makeCache(_ dir: borrowing TemporaryDirectory) -> DataCache {
+    func makeCache(_ dir: borrowing CacheTestDirectory) -> DataCache {
         let failures = failures
         let cache = DataCache(name: "test", directory: dir.url, clock: clock.cacheClock) { failures.record($0) }
         cache.flush()
@@ -27,7 +27,7 @@ struct DataCacheRobustnessTests {
 
     @Test(arguments: Corruption.allCases)
     func corruptEntryIsAMissRemovedAndReported(_ corruption: Corruption) throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         cache.storeData(payload, metadata: metadata(), for: "victim")
         cache.storeData(Data(payload.reversed()), metadata: metadata(), for: "other")
@@ -63,7 +63,7 @@ struct DataCacheRobustnessTests {
     }
 
     @Test func sweepRemovesInvalidEntriesAndLeavesForeignFilesAlone() throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         let garbageName = String(repeating: "ab", count: 32)
         try Data("not an entry".utf8).write(to: dir.url.appendingPathComponent(garbageName))
@@ -80,7 +80,7 @@ struct DataCacheRobustnessTests {
     @Test func unreadableEntryIsAMissAndReported() throws {
         // A directory where the entry file should be: opening works, reading fails (EISDIR)
         // even for root, and it cannot be unlinked.
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         try FileManager.default.createDirectory(at: cache.url(for: "k"), withIntermediateDirectories: false)
         #expect(cache.cachedData(for: "k") == nil)
@@ -91,7 +91,7 @@ struct DataCacheRobustnessTests {
     }
 
     @Test func deletedDirectoryIsRecreatedByTheNextWrite() throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         cache.storeData(payload, metadata: metadata(), for: "a")
         cache.flush()
@@ -107,7 +107,7 @@ struct DataCacheRobustnessTests {
 
     /// Makes `dir` refuse new files. `chmod 0555` when permissions bind; as root (where they
     /// do not) the directory is replaced by a regular file instead. Returns which was done.
-    func makeUnwritable(_ dir: borrowing TemporaryDirectory) throws -> String {
+    func makeUnwritable(_ dir: borrowing CacheTestDirectory) throws -> String {
         try FileManager.default.setAttributes([.posixPermissions: 0o555], ofItemAtPath: dir.path)
         let probe = dir.url.appendingPathComponent("probe-write")
         if FileManager.default.createFile(atPath: probe.path, contents: Data()) {
@@ -122,7 +122,7 @@ struct DataCacheRobustnessTests {
     }
 
     @Test func unwritableDirectoryDropsWritesAndReportsThem() throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         cache.storeData(payload, metadata: metadata(), for: "before")
         cache.flush()

@@ -68,7 +68,7 @@ struct DataCacheEntryFormatTests {
         #expect(Double(bitPattern: bits) == storedAt.timeIntervalSince1970)
         // The checksum is the SHA-256 of metadata ‖ payload, checked with `sha256sum`.
         let checksum = prefix[32..<64].map { String(format: "%02x", $0) }.joined()
-        #expect(checksum == sha256sum(Data(prefix[64...]) + payload))
+        #expect(checksum == cacheTestSHA256(Data(prefix[64...]) + payload))
         let header = try EntryFormat.decodeHeader(prefix.prefix(64), fileSize: prefix.count + payload.count)
         #expect(header.payloadLength == 5 && header.metadataLength == metadataLength && header.storedAt == storedAt)
     }

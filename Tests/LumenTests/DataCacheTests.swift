@@ -6,10 +6,10 @@ import Testing
 /// time from a manual clock.
 @Suite(.timeLimit(.minutes(1)))
 struct DataCacheTests {
-    let clock = ManualClock()
-    let failures = Recorder<DataCache.Failure>()
+    let clock = CacheTestClock()
+    let failures = CacheTestRecorder<DataCache.Failure>()
 
-    func makeCache(_ dir: borrowing TemporaryDirectory, sizeLimit: Int = 10_000_000, ttl: TimeInterval = 7 * 86_400) -> DataCache {
+    func makeCache(_ dir: borrowing CacheTestDirectory, sizeLimit: Int = 10_000_000, ttl: TimeInterval = 7 * 86_400) -> DataCache {
         let failures = failures
         let cache = DataCache(name: "test", directory: dir.url, sizeLimit: sizeLimit, ttl: ttl, clock: clock.cacheClock) {
             failures.record($0)
@@ -26,7 +26,7 @@ struct DataCacheTests {
         CacheMetadata(etag: etag, lastModified: "Wed, 21 Oct 2015 07:28:00 GMT", cacheControl: CacheControl(maxAge: 60, immutable: true), contentType: "image/jpeg", storedAt: clock.now)
     }
 
-    func entryNames(_ dir: borrowing TemporaryDirectory) throws -> [String] {
+    func entryNames(_ dir: borrowing CacheTestDirectory) throws -> [String] {
         try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted()
     }
 
@@ -39,7 +39,7 @@ struct DataCacheTests {
     }
 
     @Test func roundTripsBytesAndMetadata() throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         let data = bytes(5000)
         cache.storeData(data, metadata: metadata(), for: "https://example.com/a.jpg")
@@ -59,7 +59,7 @@ struct DataCacheTests {
     }
 
     @Test func emptyDataRoundTrips() throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         cache.storeData(Data(), metadata: metadata(), for: "empty")
         cache.flush()
@@ -68,17 +68,17 @@ struct DataCacheTests {
 
     @Test func fileNamesAreTheSHA256OfTheKey() throws {
         #expect(DataCache.filename(for: "abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         let keys = ["https://example.com/a.jpg?w=100", "ü/ß key with spaces", ""]
         for key in keys { cache.storeData(bytes(10), metadata: metadata(), for: key) }
         cache.flush()
-        let expected = try keys.map { try #require(sha256sum(Data($0.utf8))) }
+        let expected = try keys.map { try #require(cacheTestSHA256(Data($0.utf8))) }
         #expect(try entryNames(dir) == expected.sorted())
     }
 
     @Test func writesLeaveNoTemporaryFiles() throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         for i in 0..<50 { cache.storeData(bytes(1000 + i), metadata: metadata(), for: "k\(i % 20)") }
         cache.renew(key: "k1", metadata: metadata(etag: "\"2\""))
@@ -89,7 +89,7 @@ struct DataCacheTests {
     }
 
     @Test func containsAndRemove() throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         cache.storeData(bytes(10), metadata: metadata(), for: "a")
         cache.storeData(bytes(10), metadata: metadata(), for: "b")
@@ -112,7 +112,7 @@ struct DataCacheTests {
     }
 
     @Test func noStoreAndOversizedEntriesAreNotWritten() throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir, sizeLimit: 10_000)
         cache.storeData(bytes(10), metadata: CacheMetadata(headers: ["Cache-Control": "no-store"], now: clock.now), for: "secret")
         cache.storeData(bytes(20_000), metadata: metadata(), for: "huge")
@@ -123,7 +123,7 @@ struct DataCacheTests {
     }
 
     @Test func renewReplacesMetadataAndKeepsBytesAtomically() throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         let data = bytes(4000)
         cache.storeData(data, metadata: metadata(etag: "\"v1\""), for: "a")
@@ -148,7 +148,7 @@ struct DataCacheTests {
     }
 
     @Test func renewBeforeTheWriteLandsIsNotLost() throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         cache.storeData(bytes(100), metadata: metadata(etag: "\"v1\""), for: "a")
         cache.renew(key: "a", metadata: metadata(etag: "\"v2\""))
@@ -158,7 +158,7 @@ struct DataCacheTests {
     }
 
     @Test func aResponseThatCannotBeStoredRemovesTheOutdatedEntry() throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir, sizeLimit: 10_000)
         cache.storeData(bytes(100), metadata: metadata(), for: "a")
         cache.storeData(bytes(100), metadata: metadata(), for: "b")
@@ -172,7 +172,7 @@ struct DataCacheTests {
     }
 
     @Test func readTouchesTheStampAtMostOnceAnHour() throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         let t0 = clock.now
         cache.storeData(bytes(100), metadata: metadata(), for: "a")
@@ -192,7 +192,7 @@ struct DataCacheTests {
     }
 
     @Test func sweepDropsExpiredEntriesEvenUnderTheLimit() throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir, ttl: 86_400)
         cache.storeData(bytes(100), metadata: metadata(), for: "old")
         cache.flush()
@@ -207,7 +207,7 @@ struct DataCacheTests {
     }
 
     @Test func sweepRemovesExpiredFirstThenLeastRecentlyUsedDownTo80Percent() throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let ttl: TimeInterval = 10 * 86_400
         let writer = makeCache(dir, ttl: ttl)
         writer.storeData(bytes(1000), metadata: metadata(), for: "expired")
@@ -239,7 +239,7 @@ struct DataCacheTests {
     }
 
     @Test func limitHoldsDuringARunOfWritesWithoutASweepPerWrite() throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let entrySize = 2000
         let limit = 20 * entrySize
         let cache = makeCache(dir, sizeLimit: limit)
@@ -265,7 +265,7 @@ struct DataCacheTests {
     }
 
     @Test func staleTemporaryFilesAreRemovedBySweeps() throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         let stale = dir.url.appendingPathComponent(".tmp-crashed-writer")
         let fresh = dir.url.appendingPathComponent(".tmp-writer-in-progress")
@@ -279,7 +279,7 @@ struct DataCacheTests {
     }
 
     @Test func asyncFlushWaitsForWrites() async throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         for i in 0..<20 { cache.storeData(bytes(100), metadata: metadata(), for: "k\(i)") }
         await cache.flush()
@@ -287,13 +287,13 @@ struct DataCacheTests {
     }
 
     @Test func concurrentCallersSeeOnlyWhatWasStored() async throws {
-        let dir = try TemporaryDirectory()
+        let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         func value(_ key: String, _ version: Int) -> Data { Data((key + "#\(version)").utf8) }
         await withTaskGroup(of: Void.self) { group in
             for task in 0..<8 {
                 group.addTask {
-                    var rng = SplitMix(seed: UInt64(task))
+                    var rng = CacheTestRandom(seed: UInt64(task))
                     for _ in 0..<300 {
                         let key = "k\(rng.next() % 20)"
                         switch rng.next() % 4 {

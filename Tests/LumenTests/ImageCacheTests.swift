@@ -6,9 +6,9 @@ import Testing
 struct ImageCacheTests {
     @Test func storesAndReturnsByKey() {
         let cache = ImageCache(costLimit: 1000)
-        cache[key("a")] = container(cost: 40, fill: 7)
-        #expect(cache[key("a")]?.image.pixels.first == 7)
-        #expect(cache[key("b")] == nil)
+        cache[cacheKey("a")] = cacheTestImage(cost: 40, fill: 7)
+        #expect(cache[cacheKey("a")]?.image.pixels.first == 7)
+        #expect(cache[cacheKey("b")] == nil)
         #expect(cache.totalCost == 40)
         #expect(cache.totalCount == 1)
         let m = cache.metrics
@@ -17,32 +17,32 @@ struct ImageCacheTests {
 
     @Test func replacingAnEntryAdjustsTheTotalCost() {
         let cache = ImageCache(costLimit: 1000)
-        cache[key("a")] = container(cost: 40)
-        cache[key("a")] = container(cost: 80, fill: 2)
+        cache[cacheKey("a")] = cacheTestImage(cost: 40)
+        cache[cacheKey("a")] = cacheTestImage(cost: 80, fill: 2)
         #expect(cache.totalCost == 80)
         #expect(cache.totalCount == 1)
-        #expect(cache[key("a")]?.image.pixels.first == 2)
+        #expect(cache[cacheKey("a")]?.image.pixels.first == 2)
     }
 
     @Test func settingNilRemoves() {
         let cache = ImageCache(costLimit: 1000)
-        cache[key("a")] = container(cost: 40)
-        cache[key("a")] = nil
-        #expect(cache[key("a")] == nil)
+        cache[cacheKey("a")] = cacheTestImage(cost: 40)
+        cache[cacheKey("a")] = nil
+        #expect(cache[cacheKey("a")] == nil)
         #expect(cache.totalCost == 0)
-        cache[key("b")] = container(cost: 40)
-        cache.removeValue(forKey: key("b"))
+        cache[cacheKey("b")] = cacheTestImage(cost: 40)
+        cache.removeValue(forKey: cacheKey("b"))
         #expect(cache.totalCount == 0)
     }
 
     @Test func evictsLeastRecentlyUsedFirst() {
         let cache = ImageCache(costLimit: 400, entryCostLimit: 1)
-        for id in ["a", "b", "c", "d"] { cache[key(id)] = container(cost: 100) }
+        for id in ["a", "b", "c", "d"] { cache[cacheKey(id)] = cacheTestImage(cost: 100) }
         #expect(cache.keysByRecency.map(\.imageID) == ["d", "c", "b", "a"])
-        _ = cache[key("a")]  // a becomes most recent; b is now least recent
+        _ = cache[cacheKey("a")]  // a becomes most recent; b is now least recent
         #expect(cache.keysByRecency.map(\.imageID) == ["a", "d", "c", "b"])
-        cache[key("e")] = container(cost: 100)
-        #expect(cache[key("b")] == nil)
+        cache[cacheKey("e")] = cacheTestImage(cost: 100)
+        #expect(cache[cacheKey("b")] == nil)
         #expect(Set(cache.keysByRecency.map(\.imageID)) == ["a", "c", "d", "e"])
         #expect(cache.metrics.evictions == 1)
         #expect(cache.totalCost == 400)
@@ -51,7 +51,7 @@ struct ImageCacheTests {
     /// Model check: a random sequence of operations against a naive array-based LRU.
     @Test(arguments: [1, 2, 3, 4])
     func matchesANaiveLRUModel(seed: UInt64) {
-        var rng = SplitMix(seed: seed)
+        var rng = CacheTestRandom(seed: seed)
         let costLimit = 1000
         let countLimit = 7
         let cache = ImageCache(costLimit: costLimit, countLimit: countLimit, entryCostLimit: 0.5)
@@ -61,7 +61,7 @@ struct ImageCacheTests {
             switch rng.next() % 4 {
             case 0, 1:
                 let cost = Int(rng.next() % 160 + 1) * 4
-                let stored = cache.storeValue(container(cost: cost), forKey: key(id))
+                let stored = cache.storeValue(cacheTestImage(cost: cost), forKey: cacheKey(id))
                 model.removeAll { $0.id == id }
                 #expect(stored == (cost <= costLimit / 2))
                 if stored {
@@ -69,7 +69,7 @@ struct ImageCacheTests {
                     while model.reduce(0, { $0 + $1.cost }) > costLimit || model.count > countLimit { model.removeLast() }
                 }
             case 2:
-                let hit = cache[key(id)] != nil
+                let hit = cache[cacheKey(id)] != nil
                 if let i = model.firstIndex(where: { $0.id == id }) {
                     #expect(hit)
                     model.insert(model.remove(at: i), at: 0)
@@ -77,7 +77,7 @@ struct ImageCacheTests {
                     #expect(!hit)
                 }
             default:
-                cache.removeValue(forKey: key(id))
+                cache.removeValue(forKey: cacheKey(id))
                 model.removeAll { $0.id == id }
             }
             #expect(cache.keysByRecency.map(\.imageID) == model.map(\.id))
@@ -87,30 +87,30 @@ struct ImageCacheTests {
 
     @Test func countLimitEvicts() {
         let cache = ImageCache(costLimit: 10_000, countLimit: 2)
-        for id in ["a", "b", "c"] { cache[key(id)] = container(cost: 4) }
+        for id in ["a", "b", "c"] { cache[cacheKey(id)] = cacheTestImage(cost: 4) }
         #expect(cache.keysByRecency.map(\.imageID) == ["c", "b"])
     }
 
     @Test func oversizeEntryIsRejectedAndCounted() {
         let cache = ImageCache(costLimit: 1000)  // default per-entry limit: 10% = 100 bytes
-        #expect(cache.storeValue(container(cost: 100), forKey: key("fits")))
-        #expect(!cache.storeValue(container(cost: 104), forKey: key("big")))
-        #expect(cache[key("big")] == nil)
+        #expect(cache.storeValue(cacheTestImage(cost: 100), forKey: cacheKey("fits")))
+        #expect(!cache.storeValue(cacheTestImage(cost: 104), forKey: cacheKey("big")))
+        #expect(cache[cacheKey("big")] == nil)
         #expect(cache.metrics.rejectedOversizeCount == 1)
         #expect(cache.totalCost == 100)
     }
 
     @Test func oversizeReplacementRemovesTheOldValue() {
         let cache = ImageCache(costLimit: 1000)
-        cache[key("a")] = container(cost: 40)
-        cache[key("a")] = container(cost: 400)
-        #expect(cache[key("a")] == nil)
+        cache[cacheKey("a")] = cacheTestImage(cost: 40)
+        cache[cacheKey("a")] = cacheTestImage(cost: 400)
+        #expect(cache[cacheKey("a")] == nil)
         #expect(cache.metrics.rejectedOversizeCount == 1)
     }
 
     @Test func loweringLimitsEvictsAtOnce() {
         let cache = ImageCache(costLimit: 1000, entryCostLimit: 1)
-        for i in 0..<10 { cache[key("\(i)")] = container(cost: 100) }
+        for i in 0..<10 { cache[cacheKey("\(i)")] = cacheTestImage(cost: 100) }
         cache.costLimit = 500
         #expect(cache.totalCost == 500)
         #expect(cache.keysByRecency.map(\.imageID) == ["9", "8", "7", "6", "5"])
@@ -121,7 +121,7 @@ struct ImageCacheTests {
 
     @Test func trimToCostAndCount() {
         let cache = ImageCache(costLimit: 1000, entryCostLimit: 1)
-        for i in 0..<6 { cache[key("\(i)")] = container(cost: 100) }
+        for i in 0..<6 { cache[cacheKey("\(i)")] = cacheTestImage(cost: 100) }
         cache.trim(toCost: 350)
         #expect(cache.keysByRecency.map(\.imageID) == ["5", "4", "3"])
         cache.trim(toCount: 1)
@@ -131,32 +131,32 @@ struct ImageCacheTests {
 
     @Test func removeAllEmptiesButKeepsCounters() {
         let cache = ImageCache(costLimit: 1000)
-        cache[key("a")] = container(cost: 40)
-        cache[key("b")] = container(cost: 40)
+        cache[cacheKey("a")] = cacheTestImage(cost: 40)
+        cache[cacheKey("b")] = cacheTestImage(cost: 40)
         cache.removeAll()
         #expect(cache.totalCount == 0 && cache.totalCost == 0)
-        #expect(cache[key("a")] == nil)
+        #expect(cache[cacheKey("a")] == nil)
         #expect(cache.metrics.writes == 2)
-        cache[key("c")] = container(cost: 40)  // still usable after removeAll
-        #expect(cache[key("c")] != nil)
+        cache[cacheKey("c")] = cacheTestImage(cost: 40)  // still usable after removeAll
+        #expect(cache[cacheKey("c")] != nil)
     }
 
     @Test func entriesExpireAfterTTL() {
-        let clock = ManualClock()
+        let clock = CacheTestClock()
         let cache = ImageCache(costLimit: 1000, ttl: 60, clock: clock.cacheClock)
-        cache[key("a")] = container(cost: 40)
+        cache[cacheKey("a")] = cacheTestImage(cost: 40)
         clock.advance(by: 30)
-        cache[key("b")] = container(cost: 40)
+        cache[cacheKey("b")] = cacheTestImage(cost: 40)
         clock.advance(by: 29.9)
-        #expect(cache[key("a")] != nil)
+        #expect(cache[cacheKey("a")] != nil)
         clock.advance(by: 0.1)  // a is now exactly 60 s old
-        #expect(cache[key("a")] == nil)
-        #expect(cache[key("b")] != nil)
+        #expect(cache[cacheKey("a")] == nil)
+        #expect(cache[cacheKey("b")] != nil)
         #expect(cache.metrics.expirations == 1)
         #expect(cache.totalCount == 1)
-        cache[key("b")] = container(cost: 40)  // restoring restarts the TTL
+        cache[cacheKey("b")] = cacheTestImage(cost: 40)  // restoring restarts the TTL
         clock.advance(by: 59)
-        #expect(cache[key("b")] != nil)
+        #expect(cache[cacheKey("b")] != nil)
     }
 
     @Test func defaultCostLimitIsFifteenPercentOfMemoryCappedAt512MB() {
@@ -170,13 +170,13 @@ struct ImageCacheTests {
         await withTaskGroup(of: Void.self) { group in
             for task in 0..<16 {
                 group.addTask {
-                    var rng = SplitMix(seed: UInt64(task))
+                    var rng = CacheTestRandom(seed: UInt64(task))
                     for _ in 0..<2000 {
                         let id = "k\(rng.next() % 100)"
                         switch rng.next() % 3 {
-                        case 0: cache[key(id)] = container(cost: 64)
-                        case 1: _ = cache[key(id)]
-                        default: if rng.next() % 10 == 0 { cache.removeValue(forKey: key(id)) } else { _ = cache[key(id)] }
+                        case 0: cache[cacheKey(id)] = cacheTestImage(cost: 64)
+                        case 1: _ = cache[cacheKey(id)]
+                        default: if rng.next() % 10 == 0 { cache.removeValue(forKey: cacheKey(id)) } else { _ = cache[cacheKey(id)] }
                         }
                     }
                 }
@@ -229,7 +229,7 @@ struct ImageCacheKeyTests {
         // Independent check of the documented canonical form with `sha256sum`.
         let canonical = "lumen-credentials-v1\n13:authorization8:Bearer t6:cookie3:c=1"
         let fingerprint = ImageCacheKey.credentialFingerprint(for: ["Cookie": "c=1", "Authorization": "Bearer t"])
-        #expect(fingerprint == sha256sum(Data(canonical.utf8)))
+        #expect(fingerprint == cacheTestSHA256(Data(canonical.utf8)))
     }
 
     @Test func keysDifferByEveryPart() {
@@ -249,38 +249,7 @@ struct ImageCacheKeyTests {
         #expect(ImageCacheKey(imageID: "img", decodeSize: .maxPixelSize(100), processors: [Blur(radius: 2)]) == base)
 
         let cache = ImageCache(costLimit: 1000)
-        cache[base] = container(cost: 40)
+        cache[base] = cacheTestImage(cost: 40)
         for variant in variants { #expect(cache[variant] == nil) }
     }
-}
-
-/// A small deterministic generator for test sequences.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9e37_79b9_7f4a_7c15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
-        z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
-        return z ^ (z >> 31)
-    }
-}
-
-/// The SHA-256 of `data` computed by the system's `sha256sum`, an implementation independent
-/// of the one under test.
-func sha256sum(_ data: Data) -> String? {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = ["sha256sum"]
-    let input = Pipe()
-    let output = Pipe()
-    process.standardInput = input
-    process.standardOutput = output
-    do { try process.run() } catch { return nil }
-    input.fileHandleForWriting.write(data)
-    try? input.fileHandleForWriting.close()
-    let result = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return String(decoding: result, as: UTF8.self).split(separator: " ").first.map(String.init)
 }
