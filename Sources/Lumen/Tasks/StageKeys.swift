@@ -1,0 +1,99 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The key of the fetch stage: everything that changes the bytes on the wire.
+///
+/// The image identity (the URL, or the id of a data closure), the HTTP method, the
+/// `URLRequest` cache policy and the credentials: `Authorization`, `Cookie`,
+/// `Proxy-Authorization` and the request's ``ImageRequest/credentialHeaders``. Requests with
+/// different credentials never share a download, so one user's image is never handed to
+/// another. Timeouts and other headers don't change the bytes and are not part of the key.
+struct FetchKey: Hashable, Sendable, CustomStringConvertible {
+    static let standardCredentialHeaders: Set<String> = ["authorization", "cookie", "proxy-authorization"]
+
+    var identity: String
+    var isClosure: Bool
+    var method: String
+    var cachePolicy: UInt
+    /// Credential header values by lower-cased name; only headers that are present.
+    var credentials: [String: String]
+
+    init(_ request: ImageRequest) {
+        switch request.resource {
+        case .closure(let id, _):
+            identity = id
+            isClosure = true
+            method = ""
+            cachePolicy = 0
+            credentials = [:]
+        case .urlRequest(let urlRequest):
+            identity = urlRequest.url?.absoluteString ?? ""
+            isClosure = false
+            method = urlRequest.httpMethod ?? "GET"
+            cachePolicy = urlRequest.cachePolicy.rawValue
+            var credentials: [String: String] = [:]
+            if let headers = urlRequest.allHTTPHeaderFields, !headers.isEmpty {
+                let marked = request.credentialHeaders.isEmpty
+                    ? Self.standardCredentialHeaders
+                    : Self.standardCredentialHeaders.union(request.credentialHeaders.map { $0.lowercased() })
+                for (name, value) in headers {
+                    let lowered = name.lowercased()
+                    if marked.contains(lowered) { credentials[lowered] = value }
+                }
+            }
+            self.credentials = credentials
+        }
+    }
+
+    var description: String {
+        var text = isClosure ? "data(id: \(identity))" : "\(method) \(identity)"
+        if cachePolicy != 0 { text += " cachePolicy=\(cachePolicy)" }
+        if !credentials.isEmpty { text += " credentials=[\(credentials.keys.sorted().joined(separator: ","))]" }
+        return text
+    }
+}
+
+/// The key of the decode stage: the data key plus the decode size.
+struct DecodeKey: Hashable, Sendable, CustomStringConvertible {
+    var fetch: FetchKey
+    var size: DecodeSize?
+
+    init(_ request: ImageRequest) {
+        fetch = FetchKey(request)
+        size = request.thumbnail
+    }
+
+    var description: String { "\(fetch) size=\(size.map { "\($0)" } ?? "original")" }
+}
+
+/// The key of a processing stage: the decode key, the request options and a prefix of the
+/// processors (by their hashable identities). Every prefix is its own key, so `[a]` and
+/// `[a, b]` share the task applying `a`.
+struct ProcessKey: Hashable, @unchecked Sendable, CustomStringConvertible { // AnyHashable values come from Sendable processors' identities
+    var decode: DecodeKey
+    var options: UInt16
+    var processors: [AnyHashable]
+    var identifiers: String
+
+    init(decode: DecodeKey, request: ImageRequest, processorCount: Int) {
+        self.decode = decode
+        self.options = request.options.rawValue
+        let prefix = request.processors.prefix(processorCount)
+        self.processors = prefix.map(\.hashableIdentifier)
+        self.identifiers = prefix.map(\.identifier).joined(separator: ",")
+    }
+
+    static func == (lhs: ProcessKey, rhs: ProcessKey) -> Bool {
+        lhs.decode == rhs.decode && lhs.options == rhs.options && lhs.processors == rhs.processors
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(decode)
+        hasher.combine(options)
+        hasher.combine(processors)
+    }
+
+    var description: String { "\(decode) processors=[\(identifiers)]" }
+}
