@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 extension ImagePipeline {
     /// A stage of the work graph.
@@ -88,6 +89,53 @@ extension ImagePipeline {
                 case .process: process = newValue
                 }
             }
+        }
+    }
+}
+
+/// The pipeline's counters, with waiters that tests use to observe them without sleeping.
+final class MetricsStore: Sendable {
+    private struct Waiter {
+        var condition: @Sendable (ImagePipeline.Metrics) -> Bool
+        var continuation: CheckedContinuation<Void, Never>
+    }
+
+    private struct State {
+        var metrics = ImagePipeline.Metrics()
+        var waiters: [Waiter] = []
+    }
+
+    private let state = Mutex(State())
+
+    /// A consistent snapshot.
+    var snapshot: ImagePipeline.Metrics { state.withLock { $0.metrics } }
+
+    /// Applies `update`, then resumes the waiters it satisfied.
+    func withLock(_ update: (inout ImagePipeline.Metrics) -> Void) {
+        let ready: [Waiter] = state.withLock { state in
+            update(&state.metrics)
+            guard !state.waiters.isEmpty else { return [] }
+            let metrics = state.metrics
+            var ready: [Waiter] = []
+            state.waiters.removeAll { waiter in
+                guard waiter.condition(metrics) else { return false }
+                ready.append(waiter)
+                return true
+            }
+            return ready
+        }
+        for waiter in ready { waiter.continuation.resume() }
+    }
+
+    /// Returns once the metrics satisfy `condition` (at once if they already do).
+    func wait(until condition: @escaping @Sendable (ImagePipeline.Metrics) -> Bool) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ready = state.withLock { state in
+                if condition(state.metrics) { return true }
+                state.waiters.append(Waiter(condition: condition, continuation: continuation))
+                return false
+            }
+            if ready { continuation.resume() }
         }
     }
 }

@@ -74,5 +74,14 @@ public final class ImagePipeline: Sendable {
     public var isInvalidated: Bool { graph.sync { graph.isInvalidated } }
 
     /// What the pipeline has done so far: a consistent snapshot.
-    public var metrics: Metrics { graph.metricsStore.withLock { $0 } }
+    public var metrics: Metrics { graph.metricsStore.snapshot }
+}
+
+extension ImagePipeline {
+    /// Returns once the metrics satisfy `condition` (at once if they already do): lets tests
+    /// wait for the graph to reach a state — N subscribers joined, no live tasks — without
+    /// sleeping. Never call it from the event handler.
+    public func waitForMetrics(until condition: @escaping @Sendable (Metrics) -> Bool) async {
+        await graph.metricsStore.wait(until: condition)
+    }
 }

@@ -20,7 +20,7 @@ import FoundationNetworking
 /// only to report. Lock order: graph lock, then a ``WorkQueue``'s lock; never the reverse.
 final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     let configuration: ImagePipeline.Configuration
-    let metricsStore = Mutex(ImagePipeline.Metrics())
+    let metricsStore = MetricsStore()
 
     private let lock = NSLock()
     private var deferred: [() -> Void] = []
