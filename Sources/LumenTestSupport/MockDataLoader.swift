@@ -54,6 +54,7 @@ public final class MockDataLoader: DataLoading {
         var chunkSize: Int?
         var loadCount = 0
         var loadCounts: [URL: Int] = [:]
+        var requestedURLs: [URL] = []
         var cancelledCount = 0
         var held: [Int: CheckedContinuation<Void, any Error>] = [:]
         var cancelledHolds: Set<Int> = []
@@ -126,6 +127,9 @@ public final class MockDataLoader: DataLoading {
     /// Loads of `url` started so far.
     public func loadCount(for url: URL) -> Int { state.withLock { $0.loadCounts[url, default: 0] } }
 
+    /// The URLs of the loads started so far, in the order they started.
+    public var requestedURLs: [URL] { state.withLock { $0.requestedURLs } }
+
     /// Loads that ended because their task was cancelled.
     public var cancelledCount: Int { state.withLock { $0.cancelledCount } }
 
@@ -166,6 +170,7 @@ public final class MockDataLoader: DataLoading {
         let (ready, isSuspended, hold) = state.withLock { state in
             state.loadCount += 1
             state.loadCounts[url, default: 0] += 1
+            state.requestedURLs.append(url)
             let count = state.loadCount
             let ready = state.loadWaiters.filter { $0.count <= count }
             state.loadWaiters.removeAll { $0.count <= count }
