@@ -182,6 +182,38 @@ struct PipelineCoalescingTests {
         #expect(h.loader.loadCount == 3)
     }
 
+    @Test func differentOptionsShareTheDownloadButNotTheImage() async throws {
+        let h = PipelineHarness()
+        h.loader.isSuspended = true
+        let t1 = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a))
+        let t2 = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, options: [.disableMemoryCacheWrites]))
+        h.loader.resume()
+        _ = try await t1.response
+        _ = try await t2.response
+        #expect(h.loader.loadCount == 1)
+        #expect(h.decoder.decodeCount == 2)
+    }
+
+    @Test func eventsDescribeTheStagesAndTheLoggerHearsFailures() async throws {
+        let messages = Recorder()
+        let h = PipelineHarness { $0.logger = { messages.record($0) } }
+        h.loader.fail(TestURL.b, statusCode: 404)
+        _ = try await h.pipeline.image(for: ImageRequest(url: TestURL.a, processors: [MockImageProcessor("p")]))
+        _ = await caughtError { try await h.pipeline.image(for: TestURL.b) }
+        let counts = h.recorder.counts
+        for stage in ImagePipeline.Stage.allCases {
+            #expect(counts.started(stage) == (stage == .process ? 1 : 2))
+            #expect(counts.completed(stage) == 1)
+        }
+        #expect(counts.failed(.fetch) == 1 && counts.failed(.decode) == 1)
+        let keys = h.recorder.events.compactMap { event -> String? in
+            if case .started(.fetch, let key) = event { return key }
+            return nil
+        }
+        #expect(keys.contains { $0.contains(TestURL.a.absoluteString) })
+        #expect(messages.labels.contains { $0.contains("404") })
+    }
+
     @Test func dataRequestsJoinTheImageDownload() async throws {
         let h = PipelineHarness()
         h.loader.isSuspended = true

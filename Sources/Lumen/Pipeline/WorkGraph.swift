@@ -105,8 +105,8 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     // MARK: - Stage tasks
 
     /// The task fetching `request`'s original data: shared when coalescing is on.
-    func fetchTask(for request: ImageRequest) -> FetchTask {
-        let key = FetchKey(request)
+    func fetchTask(for request: ImageRequest, key: FetchKey? = nil) -> FetchTask {
+        let key = key ?? FetchKey(request)
         guard configuration.isTaskCoalescingEnabled else { return FetchTask(graph: self, request: request, key: key) }
         if let task = fetchPool[key] { return task }
         let task = FetchTask(graph: self, request: request, key: key)
@@ -116,8 +116,8 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     }
 
     /// The task producing `request`'s image with its first `processorCount` processors applied.
-    func imageTask(for request: ImageRequest, processorCount: Int) -> SharedTask<ImageResult> {
-        let decodeKey = DecodeKey(request)
+    func imageTask(for request: ImageRequest, processorCount: Int, decodeKey: DecodeKey? = nil) -> SharedTask<ImageResult> {
+        let decodeKey = decodeKey ?? DecodeKey(request)
         guard processorCount > 0 else {
             guard configuration.isTaskCoalescingEnabled else { return DecodeTask(graph: self, request: request, key: decodeKey) }
             if let task = decodePool[decodeKey] { return task }

@@ -15,7 +15,7 @@ final class DecodeTask: SharedTask<ImageResult>, @unchecked Sendable { // state 
     override var keyDescription: String { key.description }
 
     override func start() {
-        dependency = graph.fetchTask(for: request).subscribe(priority: priority) { [self] event in
+        dependency = graph.fetchTask(for: request, key: key.fetch).subscribe(priority: priority) { [self] event in
             switch event {
             case .progress(let progress): send(progress: progress)
             case .failure(let error): fail(error)
@@ -28,8 +28,7 @@ final class DecodeTask: SharedTask<ImageResult>, @unchecked Sendable { // state 
 
     private func decode(_ fetched: FetchedData) {
         let configuration = graph.configuration
-        var options = DecodeOptions(size: request.thumbnail, maximumPixelCount: configuration.maximumDecodedPixelCount)
-        options.size = request.thumbnail
+        let options = DecodeOptions(size: request.thumbnail, maximumPixelCount: configuration.maximumDecodedPixelCount)
         let context = ImageDecodingContext(request: request, urlResponse: fetched.urlResponse, options: options)
         let decoder = configuration.decoder
         let queue = configuration.decodingQueue
@@ -70,7 +69,7 @@ final class ProcessTask: SharedTask<ImageResult>, @unchecked Sendable { // state
     override var keyDescription: String { key.description }
 
     override func start() {
-        let below = graph.imageTask(for: request, processorCount: processorCount - 1)
+        let below = graph.imageTask(for: request, processorCount: processorCount - 1, decodeKey: key.decode)
         dependency = below.subscribe(priority: priority) { [self] event in
             switch event {
             case .progress(let progress): send(progress: progress)

@@ -55,43 +55,44 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
-/// The key of the decode stage: the data key plus the decode size.
+/// The key of the decode stage: the data key, the decode size and the request options (the
+/// decode is the "load image" stage of a request without processors, and options decide how
+/// that stage uses the caches).
 struct DecodeKey: Hashable, Sendable, CustomStringConvertible {
     var fetch: FetchKey
     var size: DecodeSize?
+    var options: UInt16
 
     init(_ request: ImageRequest) {
         fetch = FetchKey(request)
         size = request.thumbnail
+        options = request.options.rawValue
     }
 
     var description: String { "\(fetch) size=\(size.map { "\($0)" } ?? "original")" }
 }
 
-/// The key of a processing stage: the decode key, the request options and a prefix of the
-/// processors (by their hashable identities). Every prefix is its own key, so `[a]` and
+/// The key of a processing stage ("load image"): the decode key (which carries the request
+/// options) and a prefix of the processors (by their hashable identities). Every prefix is its own key, so `[a]` and
 /// `[a, b]` share the task applying `a`.
 struct ProcessKey: Hashable, @unchecked Sendable, CustomStringConvertible { // AnyHashable values come from Sendable processors' identities
     var decode: DecodeKey
-    var options: UInt16
     var processors: [AnyHashable]
     var identifiers: String
 
     init(decode: DecodeKey, request: ImageRequest, processorCount: Int) {
         self.decode = decode
-        self.options = request.options.rawValue
         let prefix = request.processors.prefix(processorCount)
         self.processors = prefix.map(\.hashableIdentifier)
         self.identifiers = prefix.map(\.identifier).joined(separator: ",")
     }
 
     static func == (lhs: ProcessKey, rhs: ProcessKey) -> Bool {
-        lhs.decode == rhs.decode && lhs.options == rhs.options && lhs.processors == rhs.processors
+        lhs.decode == rhs.decode && lhs.processors == rhs.processors
     }
 
     func hash(into hasher: inout Hasher) {
         hasher.combine(decode)
-        hasher.combine(options)
         hasher.combine(processors)
     }
 
