@@ -42,26 +42,101 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
         case closure(id: String, load: @Sendable () async throws -> Data)
     }
 
-    let resource: Resource
+    /// The request's fields, boxed so that copying a request (the pipeline copies it into
+    /// every task and response) costs one retain; copy-on-write keeps it a value.
+    private final class Storage: @unchecked Sendable { // mutated only while uniquely referenced
+        var resource: Resource
+        var processors: [any ImageProcessing] = []
+        var priority: Priority = .normal
+        var options: Options = []
+        var thumbnail: DecodeSize?
+        var credentialHeaders: Set<String> = []
+        var userInfo: [String: any Sendable] = [:]
+        var explicitImageID: String?
+        /// The fetch stage's key, computed once: it depends only on the resource and the
+        /// credential headers.
+        var fetchKey: FetchKey
+
+        init(resource: Resource) {
+            self.resource = resource
+            self.fetchKey = FetchKey(resource: resource, credentialHeaders: [])
+        }
+
+        func copy() -> Storage {
+            let copy = Storage(resource: resource)
+            copy.processors = processors
+            copy.priority = priority
+            copy.options = options
+            copy.thumbnail = thumbnail
+            copy.credentialHeaders = credentialHeaders
+            copy.userInfo = userInfo
+            copy.explicitImageID = explicitImageID
+            copy.fetchKey = fetchKey
+            return copy
+        }
+    }
+
+    private var storage: Storage
+
+    private mutating func mutate(_ body: (Storage) -> Void) {
+        if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
+        body(storage)
+    }
+
+    var resource: Resource { storage.resource }
+    var fetchKey: FetchKey { storage.fetchKey }
 
     /// Processors applied in order to the decoded image. Every prefix is its own shared stage:
     /// `[a]` and `[a, b]` apply `a` once. Default empty.
-    public var processors: [any ImageProcessing]
+    public var processors: [any ImageProcessing] {
+        get { storage.processors }
+        set { mutate { $0.processors = newValue } }
+    }
     /// The priority; an ``ImageTask``'s priority can be changed while it runs. Default `.normal`.
-    public var priority: Priority
+    public var priority: Priority {
+        get { storage.priority }
+        set { mutate { $0.priority = newValue } }
+    }
     /// Cache options. Default empty.
-    public var options: Options
+    public var options: Options {
+        get { storage.options }
+        set { mutate { $0.options = newValue } }
+    }
     /// The size to decode at (`nil`: full size). Requests with different sizes share the
     /// download but not the decode. Default `nil`.
-    public var thumbnail: DecodeSize?
+    public var thumbnail: DecodeSize? {
+        get { storage.thumbnail }
+        set { mutate { $0.thumbnail = newValue } }
+    }
     /// Extra header names (case-insensitive) that carry credentials, in addition to
     /// `Authorization`, `Cookie` and `Proxy-Authorization`. Requests whose values for these
     /// headers differ never share a download or a result. Default empty.
-    public var credentialHeaders: Set<String>
+    public var credentialHeaders: Set<String> {
+        get { storage.credentialHeaders }
+        set {
+            mutate {
+                $0.credentialHeaders = newValue
+                $0.fetchKey = FetchKey(resource: $0.resource, credentialHeaders: newValue)
+            }
+        }
+    }
     /// Anything the caller wants to carry along; the pipeline ignores it.
-    public var userInfo: [String: any Sendable]
+    public var userInfo: [String: any Sendable] {
+        get { storage.userInfo }
+        set { mutate { $0.userInfo = newValue } }
+    }
 
-    private var explicitImageID: String?
+    private init(
+        resource: Resource, processors: [any ImageProcessing], priority: Priority,
+        options: Options, thumbnail: DecodeSize?, userInfo: [String: any Sendable]
+    ) {
+        storage = Storage(resource: resource)
+        storage.processors = processors
+        storage.priority = priority
+        storage.options = options
+        storage.thumbnail = thumbnail
+        storage.userInfo = userInfo
+    }
 
     /// Creates a request for `url`.
     public init(
@@ -77,13 +152,8 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
         urlRequest: URLRequest, processors: [any ImageProcessing] = [], priority: Priority = .normal,
         options: Options = [], thumbnail: DecodeSize? = nil, userInfo: [String: any Sendable] = [:]
     ) {
-        self.resource = .urlRequest(urlRequest)
-        self.processors = processors
-        self.priority = priority
-        self.options = options
-        self.thumbnail = thumbnail
-        self.credentialHeaders = []
-        self.userInfo = userInfo
+        self.init(resource: .urlRequest(urlRequest), processors: processors, priority: priority,
+                  options: options, thumbnail: thumbnail, userInfo: userInfo)
     }
 
     /// Creates a request whose bytes come from `data` instead of the data loader.
@@ -95,13 +165,8 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
         processors: [any ImageProcessing] = [], priority: Priority = .normal,
         options: Options = [], thumbnail: DecodeSize? = nil, userInfo: [String: any Sendable] = [:]
     ) {
-        self.resource = .closure(id: id, load: data)
-        self.processors = processors
-        self.priority = priority
-        self.options = options
-        self.thumbnail = thumbnail
-        self.credentialHeaders = []
-        self.userInfo = userInfo
+        self.init(resource: .closure(id: id, load: data), processors: processors, priority: priority,
+                  options: options, thumbnail: thumbnail, userInfo: userInfo)
     }
 
     /// The URL, for URL-based requests.
@@ -120,13 +185,13 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
     /// doesn't. Defaults to the URL's absolute string, or the `id` of a closure request.
     public var imageID: String? {
         get {
-            if let explicitImageID { return explicitImageID }
+            if let explicitImageID = storage.explicitImageID { return explicitImageID }
             switch resource {
             case .urlRequest(let r): return r.url?.absoluteString
             case .closure(let id, _): return id
             }
         }
-        set { explicitImageID = newValue }
+        set { mutate { $0.explicitImageID = newValue } }
     }
 
     public var description: String {

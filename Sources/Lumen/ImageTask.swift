@@ -49,7 +49,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     private var _progress = Progress(completed: 0, total: 0)
     private var result: Result<ImageResponse, ImagePipeline.Error>?
     private var subscription: (any TaskSubscription)?
-    private var waiters: [CheckedContinuation<Result<ImageResponse, ImagePipeline.Error>, Never>] = []
+    private var waiters: [UnsafeContinuation<Result<ImageResponse, ImagePipeline.Error>, Never>] = []
     private var streams: [Int: AsyncStream<Event>.Continuation] = [:]
     private var nextStreamID = 0
 
@@ -142,8 +142,9 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     /// - Throws: ``ImagePipeline/Error``.
     public var response: ImageResponse {
         get async throws {
-            try await withTaskCancellationHandler {
-                await withCheckedContinuation { continuation in
+            if let finished = graph.sync({ result }) { return try finished.get() }
+            return try await withTaskCancellationHandler {
+                await withUnsafeContinuation { continuation in
                     let finished: Result<ImageResponse, ImagePipeline.Error>? = graph.sync {
                         if let result { return result }
                         waiters.append(continuation)

@@ -21,7 +21,11 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
     var credentials: [String: String]
 
     init(_ request: ImageRequest) {
-        switch request.resource {
+        self = request.fetchKey
+    }
+
+    init(resource: ImageRequest.Resource, credentialHeaders: Set<String>) {
+        switch resource {
         case .closure(let id, _):
             identity = id
             isClosure = true
@@ -35,9 +39,9 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
             cachePolicy = urlRequest.cachePolicy.rawValue
             var credentials: [String: String] = [:]
             if let headers = urlRequest.allHTTPHeaderFields, !headers.isEmpty {
-                let marked = request.credentialHeaders.isEmpty
+                let marked = credentialHeaders.isEmpty
                     ? Self.standardCredentialHeaders
-                    : Self.standardCredentialHeaders.union(request.credentialHeaders.map { $0.lowercased() })
+                    : Self.standardCredentialHeaders.union(credentialHeaders.map { $0.lowercased() })
                 for (name, value) in headers {
                     let lowered = name.lowercased()
                     if marked.contains(lowered) { credentials[lowered] = value }
