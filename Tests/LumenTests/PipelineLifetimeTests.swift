@@ -86,4 +86,51 @@ struct PipelineLifetimeTests {
         #expect(metrics.networkRequestsInFlight == 0)
         #expect(metrics.peakNetworkRequestsInFlight <= 6)
     }
+
+    @Test func concurrentCancellationAndPriorityChangesLeaveNothingBehind() async throws {
+        let h = PipelineHarness { $0.dataLoadingQueue = WorkQueue(name: "test.data", maxConcurrentCount: 3, execution: .tasks) }
+        h.loader.chunkSize = 8
+        h.loader.isSuspended = true // nothing finishes before the actions; some loads are held
+        var generator = SystemRandomNumberGenerator()
+        let plans = (0..<300).map { i in
+            (url: TestURL.numbered(i % 12),
+             processors: [MockImageProcessor("p\(i % 2)")].prefix(i % 3),
+             priority: ImageRequest.Priority.allCases.randomElement(using: &generator)!,
+             action: Int.random(in: 0..<4, using: &generator))
+        }
+        let tasks = plans.map { plan in
+            h.pipeline.imageTask(with: ImageRequest(url: plan.url, processors: Array(plan.processors), priority: plan.priority))
+        }
+        await withTaskGroup(of: Void.self) { group in
+            for (task, plan) in zip(tasks, plans) {
+                group.addTask {
+                    switch plan.action {
+                    case 0: task.cancel()
+                    case 1: task.priority = .veryHigh
+                    case 2:
+                        task.priority = .veryLow
+                        task.cancel()
+                    default: break
+                    }
+                }
+            }
+        }
+        h.loader.resume()
+        var finished = 0
+        for (task, plan) in zip(tasks, plans) {
+            let error = await caughtError { try await task.response }
+            if plan.action == 0 || plan.action == 2 {
+                #expect(error.flatMap(ImagePipeline.Error.Code.of) == .cancelled)
+            } else {
+                #expect(error == nil)
+            }
+            finished += 1
+        }
+        #expect(finished == plans.count)
+        await h.waitUntilIdle()
+        let metrics = h.pipeline.metrics
+        #expect(metrics.peakNetworkRequestsInFlight <= 3)
+        #expect(metrics.networkRequestsInFlight == 0)
+        #expect(h.pipeline.configuration.dataLoadingQueue.pendingCount == 0)
+    }
 }
