@@ -195,6 +195,12 @@ extension ImageTask: RootTask {
     }
 }
 
+extension ImageTask: Hashable {
+    /// Tasks are equal only to themselves.
+    public static func == (lhs: ImageTask, rhs: ImageTask) -> Bool { lhs === rhs }
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+}
+
 extension ImageTask: CustomStringConvertible {
     public var description: String { "ImageTask(\(request))" }
 }

@@ -72,6 +72,17 @@ struct PipelineCancellationTests {
         #expect(h.pipeline.metrics.fetch.cancelled == 1)
     }
 
+    @Test func anAlreadyCancelledCallerStartsNoWork() async throws {
+        let h = PipelineHarness()
+        let task = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return await caughtError { try await h.pipeline.image(for: TestURL.a) }
+        }
+        let error = await task.value
+        #expect(error.flatMap(ImagePipeline.Error.Code.of) == .cancelled)
+        #expect(h.pipeline.metrics.fetch.started == 0)
+    }
+
     @Test func cancellingBeforeTheQueueStartsTheLoadRemovesIt() async throws {
         let h = PipelineHarness()
         h.pipeline.configuration.dataLoadingQueue.isSuspended = true

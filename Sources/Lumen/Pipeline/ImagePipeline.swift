@@ -52,7 +52,8 @@ public final class ImagePipeline: Sendable {
     /// Loads `request`. Cancelling the calling Swift task cancels the request.
     /// - Throws: ``Error``; `.cancelled` when the calling Swift task is cancelled.
     public func image(for request: ImageRequest) async throws -> ImageResponse {
-        try await imageTask(with: request).response
+        if Task.isCancelled { throw Error.cancelled } // don't start work nobody awaits
+        return try await imageTask(with: request).response
     }
 
     /// Loads the original bytes of `request` (no decoding), sharing a running download of the
@@ -60,6 +61,7 @@ public final class ImagePipeline: Sendable {
     /// - Returns: the bytes and the response they came with (`nil` for data closures).
     /// - Throws: ``Error``.
     public func data(for request: ImageRequest) async throws -> (Data, URLResponse?) {
+        if Task.isCancelled { throw Error.cancelled }
         let fetched = try await DataRequestTask(request: request, graph: graph).run()
         return (fetched.data, fetched.urlResponse)
     }
