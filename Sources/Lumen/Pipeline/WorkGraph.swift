@@ -14,9 +14,10 @@ import FoundationNetworking
 /// decode — with no hop and no ordering races between hops, and joining running work costs one
 /// uncontended lock round-trip instead of an actor hop per subscriber. The price is
 /// discipline, kept here: nothing foreign runs under the lock. The event handler, the logger,
-/// continuation resumption and Swift task cancellation (which runs cancellation handlers
-/// synchronously) are queued with ``afterUnlock(_:)`` and run by ``sync(_:)`` once the lock is
-/// released. Decoding, processing and loading run on the queues' workers and take the lock
+/// finishing event streams (which runs their termination handlers) and Swift task
+/// cancellation (which runs cancellation handlers synchronously) are queued with
+/// ``afterUnlock(_:)`` and run by ``sync(_:)`` once the lock is released. Resuming a
+/// continuation only enqueues the awaiting task, so that happens under the lock. Decoding, processing and loading run on the queues' workers and take the lock
 /// only to report. Lock order: graph lock, then a ``WorkQueue``'s lock; never the reverse.
 final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     let configuration: ImagePipeline.Configuration
