@@ -134,6 +134,12 @@ struct PipelineCoalescingTests {
             r.setValue("session=2", forHTTPHeaderField: "Cookie")
             return r
         }),
+        ("method and body", false, {
+            var r = URLRequest(url: TestURL.a)
+            r.httpMethod = "POST"
+            r.httpBody = Data("q=1".utf8)
+            return r
+        }),
         ("timeout only", true, {
             var r = URLRequest(url: TestURL.a)
             r.timeoutInterval = 3

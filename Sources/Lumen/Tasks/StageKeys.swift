@@ -5,7 +5,7 @@ import FoundationNetworking
 
 /// The key of the fetch stage: everything that changes the bytes on the wire.
 ///
-/// The image identity (the URL, or the id of a data closure), the HTTP method, the
+/// The image identity (the URL, or the id of a data closure), the HTTP method and body, the
 /// `URLRequest` cache policy and the credentials: `Authorization`, `Cookie`,
 /// `Proxy-Authorization` and the request's ``ImageRequest/credentialHeaders``. Requests with
 /// different credentials never share a download, so one user's image is never handed to
@@ -16,6 +16,7 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
     var identity: String
     var isClosure: Bool
     var method: String
+    var body: Data?
     var cachePolicy: UInt
     /// Credential header values by lower-cased name; only headers that are present.
     var credentials: [String: String]
@@ -30,12 +31,14 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
             identity = id
             isClosure = true
             method = ""
+            body = nil
             cachePolicy = 0
             credentials = [:]
         case .urlRequest(let urlRequest):
             identity = urlRequest.url?.absoluteString ?? ""
             isClosure = false
             method = urlRequest.httpMethod ?? "GET"
+            body = urlRequest.httpBody
             cachePolicy = urlRequest.cachePolicy.rawValue
             var credentials: [String: String] = [:]
             if let headers = urlRequest.allHTTPHeaderFields, !headers.isEmpty {
