@@ -37,8 +37,10 @@ public final class MockDataLoader: DataLoading {
 
     /// The error thrown for URLs failed with a status code.
     public struct StatusError: HTTPStatusCodeProviding, Sendable, Hashable {
-        public var statusCode: Int
-        public init(statusCode: Int) { self.statusCode = statusCode }
+        /// The HTTP status.
+        public var status: Int
+        public init(statusCode: Int) { self.status = statusCode }
+        public var statusCode: Int? { status }
     }
 
     private struct LoadWaiter {

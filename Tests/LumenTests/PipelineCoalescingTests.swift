@@ -12,7 +12,7 @@ struct PipelineCoalescingTests {
         let h = PipelineHarness()
         h.loader.isSuspended = true
         let responses = try await withThrowingTaskGroup(of: ImageResponse.self) { group in
-            for _ in 0..<8 { group.addTask { try await h.pipeline.image(for: TestURL.a) } }
+            for _ in 0..<8 { group.addTask { try await h.pipeline.image(for: PipelineURLs.a) } }
             await h.recorder.wait { $0.subscriptions(.decode) == 8 }
             await h.loader.waitForLoads(1)
             h.loader.resume()
@@ -33,8 +33,8 @@ struct PipelineCoalescingTests {
         let h = PipelineHarness()
         let applications = ProcessorApplications()
         h.loader.isSuspended = true
-        let small = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, processors: [MockImageProcessor("resize160", applications: applications)]))
-        let large = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, processors: [MockImageProcessor("resize640", applications: applications)]))
+        let small = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, processors: [MockImageProcessor("resize160", applications: applications)]))
+        let large = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, processors: [MockImageProcessor("resize640", applications: applications)]))
         h.loader.resume()
         let r1 = try await small.response
         let r2 = try await large.response
@@ -48,8 +48,8 @@ struct PipelineCoalescingTests {
     @Test func differentDecodeSizesShareTheDownloadOnly() async throws {
         let h = PipelineHarness()
         h.loader.isSuspended = true
-        let small = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, thumbnail: .maxPixelSize(160)))
-        let large = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, thumbnail: .maxPixelSize(640)))
+        let small = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, thumbnail: .maxPixelSize(160)))
+        let large = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, thumbnail: .maxPixelSize(640)))
         h.loader.resume()
         #expect(try await small.response.image.width == 160)
         #expect(try await large.response.image.width == 640)
@@ -65,8 +65,8 @@ struct PipelineCoalescingTests {
         let a = MockImageProcessor("a", applications: applications)
         let b = MockImageProcessor("b", applications: applications)
         h.loader.isSuspended = true
-        let first = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, processors: [a]))
-        let second = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, processors: [a, b]))
+        let first = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, processors: [a]))
+        let second = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, processors: [a, b]))
         h.loader.resume()
         let r1 = try await first.response
         let r2 = try await second.response
@@ -85,7 +85,7 @@ struct PipelineCoalescingTests {
     @Test func coalescingOffGivesEveryRequestItsOwnChain() async throws {
         let h = PipelineHarness(coalescing: false)
         h.loader.isSuspended = true
-        let tasks = (0..<5).map { _ in h.pipeline.imageTask(with: ImageRequest(url: TestURL.a)) }
+        let tasks = (0..<5).map { _ in h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a)) }
         await h.loader.waitForLoads(5)
         h.loader.resume()
         for task in tasks { _ = try await task.response }
@@ -97,8 +97,8 @@ struct PipelineCoalescingTests {
 
     @Test func closureRequestsWithTheSameIDShareTheCall() async throws {
         let h = PipelineHarness()
-        let calls = Counter()
-        let gate = AsyncGate()
+        let calls = CallCounter()
+        let gate = OneShotGate()
         let request = ImageRequest(id: "closure-1", data: {
             calls.increment()
             await gate.wait()
@@ -120,28 +120,28 @@ struct PipelineCoalescingTests {
     /// last case) one that must.
     static let variants: [(name: String, shares: Bool, make: @Sendable () -> URLRequest)] = [
         ("cache policy", false, {
-            var r = URLRequest(url: TestURL.a)
+            var r = URLRequest(url: PipelineURLs.a)
             r.cachePolicy = .reloadIgnoringLocalCacheData
             return r
         }),
         ("authorization", false, {
-            var r = URLRequest(url: TestURL.a)
+            var r = URLRequest(url: PipelineURLs.a)
             r.setValue("Bearer user-2", forHTTPHeaderField: "Authorization")
             return r
         }),
         ("cookie", false, {
-            var r = URLRequest(url: TestURL.a)
+            var r = URLRequest(url: PipelineURLs.a)
             r.setValue("session=2", forHTTPHeaderField: "Cookie")
             return r
         }),
         ("method and body", false, {
-            var r = URLRequest(url: TestURL.a)
+            var r = URLRequest(url: PipelineURLs.a)
             r.httpMethod = "POST"
             r.httpBody = Data("q=1".utf8)
             return r
         }),
         ("timeout only", true, {
-            var r = URLRequest(url: TestURL.a)
+            var r = URLRequest(url: PipelineURLs.a)
             r.timeoutInterval = 3
             return r
         }),
@@ -152,7 +152,7 @@ struct PipelineCoalescingTests {
         let variant = Self.variants[index]
         let h = PipelineHarness()
         h.loader.isSuspended = true
-        var base = URLRequest(url: TestURL.a)
+        var base = URLRequest(url: PipelineURLs.a)
         base.setValue("Bearer user-1", forHTTPHeaderField: "Authorization")
         base.setValue("session=1", forHTTPHeaderField: "Cookie")
         var other = variant.make()
@@ -170,7 +170,7 @@ struct PipelineCoalescingTests {
         let h = PipelineHarness()
         h.loader.isSuspended = true
         func request(_ key: String, marked: Bool) -> ImageRequest {
-            var r = URLRequest(url: TestURL.a)
+            var r = URLRequest(url: PipelineURLs.a)
             r.setValue(key, forHTTPHeaderField: "X-Api-Key")
             var request = ImageRequest(urlRequest: r)
             if marked { request.credentialHeaders = ["x-api-key"] }
@@ -191,8 +191,8 @@ struct PipelineCoalescingTests {
     @Test func differentOptionsShareTheDownloadButNotTheImage() async throws {
         let h = PipelineHarness()
         h.loader.isSuspended = true
-        let t1 = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a))
-        let t2 = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, options: [.disableMemoryCacheWrites]))
+        let t1 = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a))
+        let t2 = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, options: [.disableMemoryCacheWrites]))
         h.loader.resume()
         _ = try await t1.response
         _ = try await t2.response
@@ -201,11 +201,11 @@ struct PipelineCoalescingTests {
     }
 
     @Test func eventsDescribeTheStagesAndTheLoggerHearsFailures() async throws {
-        let messages = Recorder()
+        let messages = LabelRecorder()
         let h = PipelineHarness { $0.logger = { messages.record($0) } }
-        h.loader.fail(TestURL.b, statusCode: 404)
-        _ = try await h.pipeline.image(for: ImageRequest(url: TestURL.a, processors: [MockImageProcessor("p")]))
-        _ = await caughtError { try await h.pipeline.image(for: TestURL.b) }
+        h.loader.fail(PipelineURLs.b, statusCode: 404)
+        _ = try await h.pipeline.image(for: ImageRequest(url: PipelineURLs.a, processors: [MockImageProcessor("p")]))
+        _ = await errorThrown { try await h.pipeline.image(for: PipelineURLs.b) }
         let counts = h.recorder.counts
         for stage in ImagePipeline.Stage.allCases {
             #expect(counts.started(stage) == (stage == .process ? 1 : 2))
@@ -216,15 +216,15 @@ struct PipelineCoalescingTests {
             if case .started(.fetch, let key) = event { return key }
             return nil
         }
-        #expect(keys.contains { $0.contains(TestURL.a.absoluteString) })
+        #expect(keys.contains { $0.contains(PipelineURLs.a.absoluteString) })
         #expect(messages.labels.contains { $0.contains("404") })
     }
 
     @Test func dataRequestsJoinTheImageDownload() async throws {
         let h = PipelineHarness()
         h.loader.isSuspended = true
-        let task = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a))
-        async let data = h.pipeline.data(for: ImageRequest(url: TestURL.a))
+        let task = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a))
+        async let data = h.pipeline.data(for: ImageRequest(url: PipelineURLs.a))
         await h.recorder.wait { $0.joined(.fetch) == 1 }
         h.loader.resume()
         let (bytes, response) = try await data
@@ -236,7 +236,7 @@ struct PipelineCoalescingTests {
 }
 
 /// A one-shot gate for async closures.
-actor AsyncGate {
+actor OneShotGate {
     private var isOpen = false
     private var waiters: [CheckedContinuation<Void, Never>] = []
 

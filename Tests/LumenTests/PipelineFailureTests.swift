@@ -7,14 +7,14 @@ import LumenTestSupport
 struct PipelineFailureTests {
     @Test func aFailedDownloadFailsEverySubscriberAndIsNotRemembered() async throws {
         let h = PipelineHarness()
-        h.loader.fail(TestURL.a, statusCode: 503)
+        h.loader.fail(PipelineURLs.a, statusCode: 503)
         h.loader.isSuspended = true
-        let t1 = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a))
-        let t2 = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, thumbnail: .maxPixelSize(10)))
+        let t1 = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a))
+        let t2 = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, thumbnail: .maxPixelSize(10)))
         await h.loader.waitForLoads(1)
         h.loader.resume()
         for task in [t1, t2] {
-            let error = try #require(await caughtError { try await task.response } as? ImagePipeline.Error)
+            let error = try #require(await errorThrown { try await task.response } as? ImagePipeline.Error)
             #expect(error.code == .dataLoadingFailed)
             #expect(error.statusCode == 503)
         }
@@ -22,10 +22,10 @@ struct PipelineFailureTests {
         #expect(h.pipeline.metrics.fetch.failed == 1)
 
         // Still failing: the next request tries again instead of reusing the failure.
-        _ = await caughtError { try await h.pipeline.image(for: TestURL.a) }
+        _ = await errorThrown { try await h.pipeline.image(for: PipelineURLs.a) }
         #expect(h.loader.loadCount == 2)
-        h.loader.removeFailure(for: TestURL.a)
-        _ = try await h.pipeline.image(for: TestURL.a)
+        h.loader.removeFailure(for: PipelineURLs.a)
+        _ = try await h.pipeline.image(for: PipelineURLs.a)
         #expect(h.loader.loadCount == 3)
         await h.waitUntilIdle()
     }
@@ -34,9 +34,9 @@ struct PipelineFailureTests {
     func responsesLargerThanTheLimitFail(declaredLength: Int?) async throws {
         let h = PipelineHarness { $0.maximumResponseDataSize = 100 }
         h.loader.chunkSize = 40
-        h.loader.serve(Data(repeating: 7, count: 150), for: TestURL.a, declaredLength: declaredLength)
-        let task = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a))
-        let error = try #require(await caughtError { try await task.response } as? ImagePipeline.Error)
+        h.loader.serve(Data(repeating: 7, count: 150), for: PipelineURLs.a, declaredLength: declaredLength)
+        let task = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a))
+        let error = try #require(await errorThrown { try await task.response } as? ImagePipeline.Error)
         #expect(error.code == .dataTooLarge)
         #expect(error.limit == 100)
         if declaredLength == nil {
@@ -52,28 +52,28 @@ struct PipelineFailureTests {
     @Test func aLyingContentLengthIsCaughtWhileStreaming() async throws {
         let h = PipelineHarness { $0.maximumResponseDataSize = 100 }
         h.loader.chunkSize = 60
-        h.loader.serve(Data(repeating: 7, count: 150), for: TestURL.a, declaredLength: 50)
-        let error = try #require(await caughtError { try await h.pipeline.image(for: TestURL.a) } as? ImagePipeline.Error)
+        h.loader.serve(Data(repeating: 7, count: 150), for: PipelineURLs.a, declaredLength: 50)
+        let error = try #require(await errorThrown { try await h.pipeline.image(for: PipelineURLs.a) } as? ImagePipeline.Error)
         #expect(error.code == .dataTooLarge)
         #expect(error.byteCount == 120)
     }
 
     @Test func anEmptyBodyIsAnError() async throws {
         let h = PipelineHarness()
-        h.loader.serve(Data(), for: TestURL.a)
-        let error = try #require(await caughtError { try await h.pipeline.image(for: TestURL.a) } as? ImagePipeline.Error)
+        h.loader.serve(Data(), for: PipelineURLs.a)
+        let error = try #require(await errorThrown { try await h.pipeline.image(for: PipelineURLs.a) } as? ImagePipeline.Error)
         #expect(error.code == .dataIsEmpty)
     }
 
     @Test func decodingAndProcessingFailuresAreTyped() async throws {
         let h = PipelineHarness { $0.decoder = ImageDecoders.Default() }
-        let decodeError = try #require(await caughtError { try await h.pipeline.image(for: TestURL.a) } as? ImagePipeline.Error)
+        let decodeError = try #require(await errorThrown { try await h.pipeline.image(for: PipelineURLs.a) } as? ImagePipeline.Error)
         #expect(decodeError.code == .decodingFailed)
         #expect(decodeError.underlyingError is ImagingError)
 
         let h2 = PipelineHarness()
-        let request = ImageRequest(url: TestURL.a, processors: [MockImageProcessor("ok"), MockImageProcessor("bad", fails: true)])
-        let processError = try #require(await caughtError { try await h2.pipeline.image(for: request) } as? ImagePipeline.Error)
+        let request = ImageRequest(url: PipelineURLs.a, processors: [MockImageProcessor("ok"), MockImageProcessor("bad", fails: true)])
+        let processError = try #require(await errorThrown { try await h2.pipeline.image(for: request) } as? ImagePipeline.Error)
         #expect(processError.code == .processingFailed)
         #expect(processError.processorIdentifier == "mock.bad.fails")
         #expect(h2.pipeline.metrics.process.failed == 1)
@@ -84,7 +84,7 @@ struct PipelineFailureTests {
         struct Boom: Error {}
         let h = PipelineHarness()
         let request = ImageRequest(id: "boom", data: { throw Boom() })
-        let error = try #require(await caughtError { try await h.pipeline.image(for: request) } as? ImagePipeline.Error)
+        let error = try #require(await errorThrown { try await h.pipeline.image(for: request) } as? ImagePipeline.Error)
         #expect(error.code == .dataLoadingFailed)
         #expect(error.underlyingError is Boom)
         #expect(error.statusCode == nil)
@@ -92,8 +92,8 @@ struct PipelineFailureTests {
 
     @Test func retryPolicyRetriesAllowedFailures() async throws {
         let h = PipelineHarness { $0.retryPolicy = .init(maximumAttempts: 3) }
-        h.loader.fail(TestURL.a, statusCode: 500)
-        _ = await caughtError { try await h.pipeline.image(for: TestURL.a) }
+        h.loader.fail(PipelineURLs.a, statusCode: 500)
+        _ = await errorThrown { try await h.pipeline.image(for: PipelineURLs.a) }
         #expect(h.loader.loadCount == 3)
         #expect(h.pipeline.metrics.fetch.failed == 1)
         #expect(h.pipeline.metrics.networkRequestsStarted == 3)
@@ -103,7 +103,7 @@ struct PipelineFailureTests {
         let h = PipelineHarness()
         h.loader.chunkSize = 16
         h.loader.isSuspended = true
-        let task = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a))
+        let task = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a))
         let events = task.events
         h.loader.resume()
         var progress: [ImageTask.Progress] = []

@@ -14,14 +14,14 @@ struct PipelineLifetimeTests {
     @Test(arguments: Ending.allCases)
     func noLiveTasksRemain(after ending: Ending) async throws {
         let h = PipelineHarness()
-        if ending == .failure { h.loader.fail(TestURL.a, statusCode: 404) }
+        if ending == .failure { h.loader.fail(PipelineURLs.a, statusCode: 404) }
         h.loader.isSuspended = true
         weak var weakFirst: ImageTask?
         weak var weakSecond: ImageTask?
         do {
             let processors = [MockImageProcessor("a"), MockImageProcessor("b")]
-            let first = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, processors: processors))
-            let second = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, processors: [processors[0]], thumbnail: .maxPixelSize(8)))
+            let first = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, processors: processors))
+            let second = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, processors: [processors[0]], thumbnail: .maxPixelSize(8)))
             weakFirst = first
             weakSecond = second
             let events = first.events
@@ -35,8 +35,8 @@ struct PipelineLifetimeTests {
                 second.cancel()
             case .invalidation: h.pipeline.invalidate()
             }
-            let first1 = await caughtError { try await first.response }
-            let second1 = await caughtError { try await second.response }
+            let first1 = await errorThrown { try await first.response }
+            let second1 = await errorThrown { try await second.response }
             for await _ in events {}
             switch ending {
             case .success: #expect(first1 == nil && second1 == nil)
@@ -56,7 +56,7 @@ struct PipelineLifetimeTests {
         let h = PipelineHarness(coalescing: false)
         weak var weakTask: ImageTask?
         do {
-            let task = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, processors: [MockImageProcessor("a")]))
+            let task = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, processors: [MockImageProcessor("a")]))
             weakTask = task
             _ = try await task.response
         }
@@ -69,7 +69,7 @@ struct PipelineLifetimeTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             for i in 0..<200 {
                 group.addTask {
-                    let request = ImageRequest(url: TestURL.numbered(i % 10), processors: i % 3 == 0 ? [MockImageProcessor("p")] : [])
+                    let request = ImageRequest(url: PipelineURLs.numbered(i % 10), processors: i % 3 == 0 ? [MockImageProcessor("p")] : [])
                     if i % 7 == 0 {
                         let task = h.pipeline.imageTask(with: request)
                         task.cancel()
@@ -93,7 +93,7 @@ struct PipelineLifetimeTests {
         h.loader.isSuspended = true // nothing finishes before the actions; some loads are held
         var generator = SystemRandomNumberGenerator()
         let plans = (0..<300).map { i in
-            (url: TestURL.numbered(i % 12),
+            (url: PipelineURLs.numbered(i % 12),
              processors: [MockImageProcessor("p\(i % 2)")].prefix(i % 3),
              priority: ImageRequest.Priority.allCases.randomElement(using: &generator)!,
              action: Int.random(in: 0..<4, using: &generator))
@@ -118,7 +118,7 @@ struct PipelineLifetimeTests {
         h.loader.resume()
         var finished = 0
         for (task, plan) in zip(tasks, plans) {
-            let error = await caughtError { try await task.response }
+            let error = await errorThrown { try await task.response }
             if plan.action == 0 || plan.action == 2 {
                 #expect(error.flatMap(ImagePipeline.Error.Code.of) == .cancelled)
             } else {

@@ -9,9 +9,9 @@ struct PipelinePriorityTests {
         let h = PipelineHarness()
         let queue = h.pipeline.configuration.dataLoadingQueue
         queue.isSuspended = true
-        let low = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, priority: .low))
+        let low = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, priority: .low))
         #expect(queue.pendingPriorities == [.low])
-        let high = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, processors: [MockImageProcessor("p")], priority: .high))
+        let high = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, processors: [MockImageProcessor("p")], priority: .high))
         #expect(queue.pendingPriorities == [.high])
         high.cancel()
         #expect(queue.pendingPriorities == [.low])
@@ -24,9 +24,9 @@ struct PipelinePriorityTests {
         let h = PipelineHarness()
         let queue = h.pipeline.configuration.dataLoadingQueue
         queue.isSuspended = true
-        let a = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, priority: .normal))
-        let b = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, priority: .veryHigh))
-        let c = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, priority: .high))
+        let a = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, priority: .normal))
+        let b = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, priority: .veryHigh))
+        let c = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, priority: .high))
         #expect(queue.pendingPriorities == [.veryHigh])
         b.priority = .veryLow
         #expect(queue.pendingPriorities == [.high])
@@ -46,7 +46,7 @@ struct PipelinePriorityTests {
         let processing = h.pipeline.configuration.processingQueue
         decoding.isSuspended = true
         processing.isSuspended = true
-        let task = h.pipeline.imageTask(with: ImageRequest(url: TestURL.a, processors: [MockImageProcessor("p")], priority: .low))
+        let task = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a, processors: [MockImageProcessor("p")], priority: .low))
         await h.recorder.wait { $0.completed(.fetch) == 1 }
         #expect(decoding.pendingPriorities == [.low])
         task.priority = .veryHigh
@@ -66,12 +66,12 @@ struct PipelinePriorityTests {
         queue.isSuspended = true
         let priorities: [ImageRequest.Priority] = [.low, .high, .normal, .high, .veryLow]
         let tasks = priorities.enumerated().map { i, p in
-            h.pipeline.imageTask(with: ImageRequest(url: TestURL.numbered(i), priority: p))
+            h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.numbered(i), priority: p))
         }
         #expect(queue.pendingPriorities == [.high, .high, .normal, .low, .veryLow])
         queue.isSuspended = false
         for task in tasks { _ = try await task.response }
-        #expect(h.loader.requestedURLs == [1, 3, 2, 0, 4].map(TestURL.numbered))
+        #expect(h.loader.requestedURLs == [1, 3, 2, 0, 4].map(PipelineURLs.numbered))
     }
 }
 

@@ -7,10 +7,10 @@ import Testing
 struct WorkQueueTests {
     /// Runs `count` items enqueued by `enqueue` on a suspended single-slot queue and returns
     /// their labels in the order they ran.
-    private func runOrder(_ execution: WorkQueue.Execution, _ setUp: (WorkQueue, Recorder) -> Void) async -> [String] {
+    private func runOrder(_ execution: WorkQueue.Execution, _ setUp: (WorkQueue, LabelRecorder) -> Void) async -> [String] {
         let queue = WorkQueue(name: "test", maxConcurrentCount: 1, execution: execution)
         queue.isSuspended = true
-        let recorder = Recorder()
+        let recorder = LabelRecorder()
         setUp(queue, recorder)
         let expected = queue.pendingCount
         queue.isSuspended = false
@@ -55,8 +55,8 @@ struct WorkQueueTests {
     @Test(arguments: [WorkQueue.Execution.tasks, .threads])
     func runningItemsNeverExceedTheLimit(execution: WorkQueue.Execution) async {
         let queue = WorkQueue(name: "test", maxConcurrentCount: 3, execution: execution)
-        let recorder = Recorder()
-        let gauge = Gauge()
+        let recorder = LabelRecorder()
+        let gauge = ConcurrencyGauge()
         for i in 0..<24 {
             _ = queue.enqueue(priority: .normal) {
                 gauge.enter()
@@ -73,7 +73,7 @@ struct WorkQueueTests {
 }
 
 /// Records labels from any thread; lets a test wait for a number of them.
-final class Recorder: Sendable {
+final class LabelRecorder: Sendable {
     private struct State {
         var labels: [String] = []
         var waiters: [(Int, CheckedContinuation<Void, Never>)] = []
@@ -107,7 +107,7 @@ final class Recorder: Sendable {
 }
 
 /// Tracks how many callers are inside a section at once.
-final class Gauge: Sendable {
+final class ConcurrencyGauge: Sendable {
     private let state = Mutex((current: 0, peak: 0))
     func enter() { state.withLock { $0.current += 1; $0.peak = max($0.peak, $0.current) } }
     func leave() { state.withLock { $0.current -= 1 } }

@@ -1,10 +1,11 @@
 import Foundation
 
-/// An error that carries an HTTP status code. Data loaders throw errors conforming to it for
-/// non-2xx responses, so that ``ImagePipeline/Error/statusCode`` can report the status.
+/// An error that may carry an HTTP status code. Data loaders throw errors conforming to it
+/// for non-2xx responses, so that ``ImagePipeline/Error/statusCode`` can report the status.
 public protocol HTTPStatusCodeProviding: Error {
-    /// The HTTP status code of the response that failed.
-    var statusCode: Int { get }
+    /// The HTTP status code of the response that failed, `nil` when the error is not about a
+    /// status.
+    var statusCode: Int? { get }
 }
 
 extension ImagePipeline {
@@ -67,7 +68,7 @@ extension ImagePipeline {
         /// error conforms to ``HTTPStatusCodeProviding``).
         public var statusCode: Int? {
             guard code == .dataLoadingFailed else { return nil }
-            return (underlyingError as? any HTTPStatusCodeProviding)?.statusCode
+            return (underlyingError as? any HTTPStatusCodeProviding)?.statusCode ?? nil
         }
 
         public static let cancelled = Error(code: .cancelled)

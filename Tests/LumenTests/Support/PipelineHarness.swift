@@ -31,7 +31,7 @@ struct PipelineHarness {
     }
 }
 
-enum TestURL {
+enum PipelineURLs {
     static let a = URL(string: "https://example.com/a.jpg")!
     static let b = URL(string: "https://example.com/b.jpg")!
 
@@ -43,7 +43,7 @@ extension ImagePipeline.Error.Code {
 }
 
 /// The error `body` throws, or `nil`.
-func caughtError<T>(_ body: () async throws -> T) async -> (any Error)? {
+func errorThrown<T>(_ body: () async throws -> T) async -> (any Error)? {
     do {
         _ = try await body()
         return nil
@@ -53,7 +53,7 @@ func caughtError<T>(_ body: () async throws -> T) async -> (any Error)? {
 }
 
 /// A thread-safe counter.
-final class Counter: Sendable {
+final class CallCounter: Sendable {
     private let count = Mutex(0)
     func increment() { count.withLock { $0 += 1 } }
     var value: Int { count.withLock { $0 } }
