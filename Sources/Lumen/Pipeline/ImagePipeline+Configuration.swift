@@ -1,0 +1,74 @@
+import Foundation
+
+extension ImagePipeline {
+    /// All of a pipeline's tuning in one value. Defaults are stated on each property.
+    public struct Configuration: Sendable {
+        /// Loads the bytes of URL requests. Default: a new ``DataLoader``.
+        public var dataLoader: any DataLoading
+        /// Decodes bytes into images on the decoding queue's workers. Default
+        /// ``ImageDecoders/Default``.
+        public var decoder: any ImageDecoding
+        /// Whether equivalent requests share running work at every stage. With `false`, every
+        /// request builds its own chain (fetch, decode, each processor). Default `true`.
+        public var isTaskCoalescingEnabled: Bool
+        /// Downloads (and data closures): async work, at most 6 at once by default.
+        public var dataLoadingQueue: WorkQueue
+        /// Decodes: dedicated worker threads, one per core by default.
+        public var decodingQueue: WorkQueue
+        /// Processors: dedicated worker threads, one per core by default.
+        public var processingQueue: WorkQueue
+        /// Encodes (for the processed-image disk cache): one worker by default.
+        public var encodingQueue: WorkQueue
+        /// The largest response accepted, in bytes: checked against the declared length at the
+        /// first chunk and again while the body streams in. Default 64 MiB.
+        public var maximumResponseDataSize: Int
+        /// The largest image decoded, in pixels, checked from the header before pixels are
+        /// allocated (``DecodeOptions/maximumPixelCount``). Default 100 megapixels.
+        public var maximumDecodedPixelCount: Int
+        /// When failed downloads are retried. Default ``RetryPolicy/none``.
+        public var retryPolicy: RetryPolicy
+        /// Called for every stage event (work started, joined, completed, failed, cancelled),
+        /// on the thread where it happened, never while the graph is locked. Default `nil` (off).
+        public var eventHandler: (@Sendable (ImagePipeline.Event) -> Void)?
+        /// Receives diagnostic messages (failures, invalidation). Default `nil`: a library
+        /// never prints.
+        public var logger: (@Sendable (String) -> Void)?
+
+        /// Creates a configuration with the defaults, using `dataLoader` for downloads.
+        public init(dataLoader: any DataLoading = DataLoader()) {
+            let cores = max(1, ProcessInfo.processInfo.activeProcessorCount)
+            self.dataLoader = dataLoader
+            self.decoder = ImageDecoders.Default()
+            self.isTaskCoalescingEnabled = true
+            self.dataLoadingQueue = WorkQueue(name: "lumen.data", maxConcurrentCount: 6, execution: .tasks)
+            self.decodingQueue = WorkQueue(name: "lumen.decode", maxConcurrentCount: cores, execution: .threads)
+            self.processingQueue = WorkQueue(name: "lumen.process", maxConcurrentCount: cores, execution: .threads)
+            self.encodingQueue = WorkQueue(name: "lumen.encode", maxConcurrentCount: 1, execution: .threads)
+            self.maximumResponseDataSize = 64 << 20
+            self.maximumDecodedPixelCount = 100_000_000
+            self.retryPolicy = .none
+            self.eventHandler = nil
+            self.logger = nil
+        }
+    }
+
+    /// When a failed download is tried again.
+    ///
+    /// Only the fetch stage retries, immediately, while the fetch still has subscribers; the
+    /// subscribers see one outcome (the last attempt's).
+    public struct RetryPolicy: Sendable {
+        /// Total attempts including the first; 1 means no retries.
+        public var maximumAttempts: Int
+        /// Whether a failure may be retried. Never asked about cancellation.
+        public var shouldRetry: @Sendable (ImagePipeline.Error) -> Bool
+
+        public init(maximumAttempts: Int, shouldRetry: @escaping @Sendable (ImagePipeline.Error) -> Bool = { $0.code == .dataLoadingFailed }) {
+            precondition(maximumAttempts >= 1, "RetryPolicy: maximumAttempts must be at least 1")
+            self.maximumAttempts = maximumAttempts
+            self.shouldRetry = shouldRetry
+        }
+
+        /// No retries.
+        public static let none = RetryPolicy(maximumAttempts: 1) { _ in false }
+    }
+}
