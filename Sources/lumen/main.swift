@@ -23,7 +23,7 @@ case "demo":
 case "thumbnail":
     exit(ThumbnailCommand.run(rest))
 case "bench":
-    exit(BenchCommand.run(rest))
+    exit(await BenchCommand.run(rest))
 case "bench-child":
     exit(BenchCommand.child(rest))
 case "help", "--help", "-h":
