@@ -117,8 +117,8 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     }
 
     /// The task producing `request`'s image with its first `processorCount` processors applied.
-    func imageTask(for request: ImageRequest, processorCount: Int, decodeKey: DecodeKey? = nil) -> SharedTask<ImageResult> {
-        let decodeKey = decodeKey ?? DecodeKey(request)
+    func imageTask(for request: ImageRequest, keys: RequestKeys, processorCount: Int) -> SharedTask<ImageResult> {
+        let decodeKey = keys.decode
         guard processorCount > 0 else {
             guard configuration.isTaskCoalescingEnabled else { return DecodeTask(graph: self, request: request, key: decodeKey) }
             if let task = decodePool[decodeKey] { return task }
@@ -127,12 +127,12 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
             task.onDisposed = { [unowned self] in decodePool[decodeKey] = nil }
             return task
         }
-        let key = ProcessKey(decode: decodeKey, request: request, processorCount: processorCount)
+        let key = keys.process[processorCount - 1]
         guard configuration.isTaskCoalescingEnabled else {
-            return ProcessTask(graph: self, request: request, processorCount: processorCount, key: key)
+            return ProcessTask(graph: self, request: request, keys: keys, processorCount: processorCount)
         }
         if let task = processPool[key] { return task }
-        let task = ProcessTask(graph: self, request: request, processorCount: processorCount, key: key)
+        let task = ProcessTask(graph: self, request: request, keys: keys, processorCount: processorCount)
         processPool[key] = task
         task.onDisposed = { [unowned self] in processPool[key] = nil }
         return task
