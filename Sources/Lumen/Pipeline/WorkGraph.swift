@@ -67,11 +67,11 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         afterUnlock { handler(event) }
     }
 
-    /// Sends a diagnostic message to the logger, after unlocking. Must hold the lock.
+    /// Sends a diagnostic message to the logger. Must hold the lock; `message` is built after
+    /// unlocking (it may describe user errors), so it must capture values, not graph state.
     func log(_ message: @escaping () -> String) {
         guard let logger = configuration.logger else { return }
-        let text = message()
-        afterUnlock { logger(text) }
+        afterUnlock { logger(message()) }
     }
 
     func count(_ stage: ImagePipeline.Stage, _ update: (inout ImagePipeline.Metrics.StageMetrics) -> Void) {
@@ -98,7 +98,8 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         sync {
             guard !isInvalidated else { return }
             isInvalidated = true
-            log { "pipeline invalidated with \(self.roots.count) requests running" }
+            let count = roots.count
+            log { "pipeline invalidated with \(count) requests running" }
             for root in Array(roots.values) { root.cancelLocked() }
         }
     }
