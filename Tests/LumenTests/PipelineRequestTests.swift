@@ -49,3 +49,28 @@ struct PipelineRequestTests {
         #expect(FetchKey(ImageRequest(id: "https://example.com/a.jpg", data: { Data() })) != FetchKey(ImageRequest(url: PipelineURLs.a)))
     }
 }
+
+@Suite(.timeLimit(.minutes(1)))
+struct PipelineConfigurationTests {
+    @Test func defaultsMatchTheDocumentation() {
+        let configuration = ImagePipeline.Configuration(dataLoader: MockDataLoader())
+        let cores = max(1, ProcessInfo.processInfo.activeProcessorCount)
+        #expect(configuration.isTaskCoalescingEnabled)
+        #expect(configuration.dataLoadingQueue.maxConcurrentCount == 6)
+        #expect(configuration.decodingQueue.maxConcurrentCount == cores)
+        #expect(configuration.processingQueue.maxConcurrentCount == cores)
+        #expect(configuration.encodingQueue.maxConcurrentCount == 1)
+        #expect(configuration.decodingQueue.execution == .threads)
+        #expect(configuration.dataLoadingQueue.execution == .tasks)
+        #expect(configuration.maximumDecodedPixelCount == 100_000_000)
+        #expect(configuration.retryPolicy.maximumAttempts == 1)
+        #expect(configuration.eventHandler == nil && configuration.logger == nil)
+        #expect(configuration.decoder is ImageDecoders.Default)
+    }
+
+    @Test func separateConfigurationsGetSeparateQueues() {
+        let a = ImagePipeline.Configuration(dataLoader: MockDataLoader())
+        let b = ImagePipeline.Configuration(dataLoader: MockDataLoader())
+        #expect(a.dataLoadingQueue !== b.dataLoadingQueue)
+    }
+}
