@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -29,19 +30,64 @@ public final class ImagePipeline: Sendable {
     /// A pipeline with the default configuration.
     public static let shared = ImagePipeline(configuration: Configuration())
 
+    /// The token of this pipeline's listener on its ``DataCache``'s failures.
+    private let failureObserver: Int?
+
     /// Creates a pipeline.
     public init(configuration: Configuration = Configuration()) {
         self.configuration = configuration
-        self.graph = WorkGraph(configuration: configuration)
+        let graph = WorkGraph(configuration: configuration)
+        self.graph = graph
+        if let dataCache = configuration.dataCache as? DataCache {
+            // Weak: the cache may outlive the pipeline (another pipeline over the same cache).
+            failureObserver = dataCache.failureObservers.add { [weak caches = graph.caches] failure in
+                caches?.report(failure)
+            }
+        } else {
+            failureObserver = nil
+        }
+    }
+
+    deinit {
+        if let failureObserver, let dataCache = configuration.dataCache as? DataCache {
+            dataCache.failureObservers.remove(failureObserver)
+        }
     }
 
     /// Starts loading `request` and returns its task. The task has subscribed to the graph
     /// when this returns.
+    ///
+    /// The memory cache is consulted first, synchronously (no actor hop, no Swift task): on a
+    /// hit the returned task has already completed with a response whose `cacheType` is
+    /// `.memory`. On a miss, the memory cache is asked for the longest processor prefix it
+    /// holds, and the graph starts from there.
     public func imageTask(with request: ImageRequest) -> ImageTask {
+        if let response = cachedResponse(for: request) {
+            return ImageTask(request: request, graph: graph, completedWith: response)
+        }
+        // Keys hash processors' identities (user code): computed before taking the lock.
+        var keys = RequestKeys(request, hasCaches: graph.hasCaches)
+        if let cacheKeys = keys.cache, request.processors.count > 0, CacheLayers.readsMemory(request.options) {
+            for count in stride(from: request.processors.count - 1, through: 0, by: -1) {
+                if let container = graph.caches.cachedImage(for: cacheKeys.memory[count]) {
+                    keys.cachedPrefix = (count, container)
+                    break
+                }
+            }
+        }
         let task = ImageTask(request: request, graph: graph)
-        let keys = RequestKeys(request) // processors' identities are user code: not under the lock
         graph.sync { task.startLocked(keys: keys) }
         return task
+    }
+
+    /// The memory-cache hit path: the final image of `request`, if the memory cache has it and
+    /// the request may read it.
+    func cachedResponse(for request: ImageRequest) -> ImageResponse? {
+        guard graph.caches.imageCache != nil, CacheLayers.readsMemory(request.options),
+              !graph.invalidatedFlag.load(ordering: .acquiring) else { return nil }
+        let key = RequestCacheKeys.finalMemoryKey(request)
+        guard let container = graph.caches.cachedImage(for: key) else { return nil }
+        return ImageResponse(container: container, request: request, cacheType: .memory)
     }
 
     /// Loads the image at `url`.
@@ -54,6 +100,7 @@ public final class ImagePipeline: Sendable {
     /// - Throws: ``Error``; `.cancelled` when the calling Swift task is cancelled.
     public func image(for request: ImageRequest) async throws -> ImageResponse {
         if Task.isCancelled { throw Error.cancelled } // don't start work nobody awaits
+        if let response = cachedResponse(for: request) { return response } // no task at all
         return try await imageTask(with: request).response
     }
 
