@@ -78,7 +78,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         graph.register(self)
         let count = request.processors.count
         let top = graph.imageTask(for: request, keys: keys, processorCount: count, isFinal: true)
-        top.markRequested(memoryKey: keys.cache?.memory[count], diskKey: keys.cache?.diskProcessed)
+        top.markRequested(memoryKey: keys.cache?.memory.isEmpty == false ? keys.cache?.memory[count] : nil, diskKey: keys.cache?.diskProcessed)
         subscription = top.subscribe(priority: _priority) { [self] event in
             switch event {
             case .progress(let progress):

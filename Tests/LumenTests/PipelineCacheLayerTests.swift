@@ -31,7 +31,7 @@ struct PipelineCacheLayerTests {
         #expect(h.decoder.decodeCount == 2) // decoded again from the bytes on disk
 
         let metrics = h.pipeline.metrics
-        #expect(metrics.memoryCache.hits == 1)
+        #expect(metrics.memoryCache.lookups == 3 && metrics.memoryCache.hits == 1)
         #expect(metrics.memoryCache.writes == 2)
         #expect(metrics.diskCache.lookups == 2 && metrics.diskCache.hits == 1 && metrics.diskCache.writes == 1)
         #expect(metrics.diskCacheFreshHits == 1)

@@ -17,16 +17,23 @@ struct ProcessorChainIdentity: Hashable, @unchecked Sendable { // AnyHashable va
 /// the original data's key has no variant; the processed image's key (only for requests with
 /// processors or a decode size) names the decode size and the processors' stable identifiers.
 struct RequestCacheKeys: Sendable {
+    /// `memory[i]`: the image with the first `i` processors applied; empty without a memory
+    /// cache.
     var memory: [ImageCacheKey]
-    var diskOriginal: String
+    /// The original data's disk key; `nil` without a disk cache.
+    var diskOriginal: String?
+    /// The processed image's disk key; `nil` without a disk cache, and for requests without
+    /// processors or decode size (their image is the original).
     var diskProcessed: String?
 
-    init(_ request: ImageRequest) {
+    init(_ request: ImageRequest, memory: Bool = true, disk: Bool = true) {
         let imageID = request.imageID ?? ""
         let fingerprint = Self.fingerprint(request)
-        memory = (0...request.processors.count).map { Self.memoryKey(request, imageID: imageID, fingerprint: fingerprint, processorCount: $0) }
-        diskOriginal = DataCache.key(imageID: imageID, credentialFingerprint: fingerprint)
-        if request.processors.isEmpty && request.thumbnail == nil {
+        self.memory = memory
+            ? (0...request.processors.count).map { Self.memoryKey(request, imageID: imageID, fingerprint: fingerprint, processorCount: $0) }
+            : []
+        diskOriginal = disk ? DataCache.key(imageID: imageID, credentialFingerprint: fingerprint) : nil
+        if !disk || (request.processors.isEmpty && request.thumbnail == nil) {
             diskProcessed = nil
         } else {
             let identifiers = request.processors.map(\.identifier).joined(separator: ",")

@@ -61,8 +61,8 @@ extension ImagePipeline {
         public func removeAll(for request: ImageRequest) {
             let keys = RequestCacheKeys(request)
             caches.imageCache?.removeValue(forKey: keys.memory[request.processors.count])
-            if let dataCache = caches.dataCache {
-                dataCache.removeData(for: keys.diskOriginal)
+            if let dataCache = caches.dataCache, let original = keys.diskOriginal {
+                dataCache.removeData(for: original)
                 if let processed = keys.diskProcessed { dataCache.removeData(for: processed) }
             }
         }

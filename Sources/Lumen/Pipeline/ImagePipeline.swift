@@ -65,9 +65,15 @@ public final class ImagePipeline: Sendable {
         if let response = cachedResponse(for: request) {
             return ImageTask(request: request, graph: graph, completedWith: response)
         }
+        return startTask(with: request)
+    }
+
+    /// Starts `request` in the graph (its final image was not in memory).
+    private func startTask(with request: ImageRequest) -> ImageTask {
         // Keys hash processors' identities (user code): computed before taking the lock.
-        var keys = RequestKeys(request, hasCaches: graph.hasCaches)
-        if let cacheKeys = keys.cache, request.processors.count > 0, CacheLayers.readsMemory(request.options) {
+        let caches = graph.caches
+        var keys = RequestKeys(request, memoryCache: caches.imageCache != nil, diskCache: caches.dataCache != nil)
+        if let cacheKeys = keys.cache, !cacheKeys.memory.isEmpty, request.processors.count > 0, CacheLayers.readsMemory(request.options) {
             for count in stride(from: request.processors.count - 1, through: 0, by: -1) {
                 if let container = graph.caches.cachedImage(for: cacheKeys.memory[count]) {
                     keys.cachedPrefix = (count, container)
@@ -101,7 +107,7 @@ public final class ImagePipeline: Sendable {
     public func image(for request: ImageRequest) async throws -> ImageResponse {
         if Task.isCancelled { throw Error.cancelled } // don't start work nobody awaits
         if let response = cachedResponse(for: request) { return response } // no task at all
-        return try await imageTask(with: request).response
+        return try await startTask(with: request).response
     }
 
     /// Loads the original bytes of `request` (no decoding), sharing a running download of the

@@ -24,8 +24,6 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     let metricsStore = MetricsStore()
     /// The cache layers, used off the lock.
     let caches: CacheLayers
-    /// Whether requests need cache keys (some cache is configured).
-    let hasCaches: Bool
     /// Mirrors ``isInvalidated`` for the memory-hit path, which does not take the lock.
     let invalidatedFlag = Atomic<Bool>(false)
 
@@ -40,7 +38,6 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     init(configuration: ImagePipeline.Configuration) {
         self.configuration = configuration
         self.caches = CacheLayers(configuration: configuration, metrics: metricsStore)
-        self.hasCaches = configuration.imageCache != nil || configuration.dataCache != nil
     }
 
     /// Runs `body` holding the lock, then the effects it queued, in order, without it.

@@ -89,8 +89,11 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
     /// Delivers an image produced on a worker: stores it in the layers that want it, then
     /// finishes the stage. Must not hold the graph's lock.
     final func deliver(_ result: ImageResult, isEncodedOnDisk: Bool = false) {
-        let (memoryKeys, diskKeys) = graph.sync { (requestedMemoryKeys, requestedDiskKeys) }
         let caches = graph.caches
+        // Stored before the stage finishes, so that a request made as soon as this one's
+        // response arrives finds the image in memory.
+        let wantsKeys = caches.imageCache != nil || (caches.dataCache != nil && caches.storesEncodedImages)
+        let (memoryKeys, diskKeys) = wantsKeys ? graph.sync { (requestedMemoryKeys, requestedDiskKeys) } : ([], [])
         let options = request.options
         if !options.contains(.disableMemoryCacheWrites) {
             for key in memoryKeys { caches.storeImage(result.container, for: key) }

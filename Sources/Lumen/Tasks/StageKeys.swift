@@ -137,10 +137,10 @@ struct RequestKeys: Sendable {
     /// the request at once).
     var cachedPrefix: (count: Int, container: ImageContainer)?
 
-    init(_ request: ImageRequest, hasCaches: Bool = false) {
+    init(_ request: ImageRequest, memoryCache: Bool = false, diskCache: Bool = false) {
         decode = DecodeKey(request)
         let count = request.processors.count
         process = count == 0 ? [] : (1...count).map { [decode] in ProcessKey(decode: decode, request: request, processorCount: $0) }
-        cache = hasCaches ? RequestCacheKeys(request) : nil
+        cache = memoryCache || diskCache ? RequestCacheKeys(request, memory: memoryCache, disk: diskCache) : nil
     }
 }
