@@ -277,3 +277,30 @@ struct PipelineCacheLayerTests {
         #expect(one.isHTTPCachingRespected)
     }
 }
+
+extension PipelineCacheLayerTests {
+    @Test func dataClosureResultsAreCachedOnDiskByTheirID() async throws {
+        let first = PipelineCacheHarness()
+        defer { first.cleanUp() }
+        let calls = CallCounter()
+        let bytes = Data((0..<32).map { UInt8($0) })
+        let request = ImageRequest(id: "generated-1", data: { calls.increment(); return bytes })
+        _ = try await first.pipeline.image(for: request)
+        await first.flush()
+        let second = PipelineCacheHarness(directory: first.directory)
+        #expect(try await second.pipeline.image(for: request).cacheType == .disk)
+        #expect(calls.value == 1)
+    }
+
+    @Test func localFileURLsBypassTheDiskCache() async throws {
+        let h = PipelineCacheHarness { $0.dataLoader = DataLoader() }
+        defer { h.cleanUp() }
+        let file = h.directory.deletingLastPathComponent().appendingPathComponent("lumen-local-\(UUID().uuidString).bin")
+        try Data((0..<32).map { UInt8($0) }).write(to: file)
+        defer { try? FileManager.default.removeItem(at: file) }
+        _ = try await h.pipeline.image(for: file)
+        await h.flush()
+        #expect(!h.pipeline.cache.containsData(for: ImageRequest(url: file)))
+        #expect(h.pipeline.metrics.diskCache.lookups == 0)
+    }
+}

@@ -118,3 +118,27 @@ struct PipelineCachePolicyTests {
         #expect(h.loader.loadCount == 1)
     }
 }
+
+extension PipelineCachePolicyTests {
+    @Test func theProcessedEntryOnDiskAnswersBeforeAMemoryPrefix() async throws {
+        let decoder = RecordingDecoder()
+        let h = harness(.storeEncodedImages, decoder: decoder)
+        defer { h.cleanUp() }
+        h.loader.serve(try pipelineCachePNG(), for: PipelineCacheURLs.a)
+        let applications = ProcessorApplications()
+        let a = MockImageProcessor("a", applications: applications)
+        let b = MockImageProcessor("b", applications: applications)
+        let onlyA = ImageRequest(url: PipelineCacheURLs.a, processors: [a])
+        let ab = ImageRequest(url: PipelineCacheURLs.a, processors: [a, b])
+        _ = try await h.pipeline.image(for: onlyA)
+        _ = try await h.pipeline.image(for: ab)
+        await h.pipeline.waitForMetrics { $0.diskCache.writes >= 2 }
+        await h.flush()
+        h.pipeline.cache[ab] = nil // [a] stays in memory
+        let before = applications.total
+        let response = try await h.pipeline.image(for: ab)
+        #expect(response.cacheType == .disk)
+        #expect(applications.total == before) // neither a nor b ran: the processed entry answered
+        #expect(h.loader.loadCount == 1)
+    }
+}
