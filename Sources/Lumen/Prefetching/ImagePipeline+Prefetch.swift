@@ -10,6 +10,12 @@ extension ImagePipeline {
         /// Requests that produced no outcome: already cached, duplicates within the batch, or
         /// stopped because the calling task was cancelled.
         public var skipped: Int
+
+        public init(succeeded: Int, failed: Int, skipped: Int) {
+            self.succeeded = succeeded
+            self.failed = failed
+            self.skipped = skipped
+        }
     }
 
     /// Prefetches the images at `urls` and returns when all have ended (see
