@@ -1,0 +1,363 @@
+import Foundation
+import Observation
+import Synchronization
+import Testing
+import Lumen
+import LumenTestSupport
+
+@MainActor
+@Suite(.timeLimit(.minutes(1)))
+struct FetchImageTests {
+    // MARK: - Phases
+
+    @Test func phasesGoFromEmptyToSuccess() async throws {
+        let h = PipelineHarness()
+        let model = FetchImage(pipeline: h.pipeline)
+        #expect(model.phase.image == nil && model.phase.error == nil)
+        #expect(!model.isLoading)
+
+        model.load(ImageRequest(url: PipelineURLs.a))
+        #expect(model.isLoading)
+        model.displaySize(width: 100, height: 50, scale: 2) // 200 px → the 256 bucket
+        await waitUntil(model) { $0.phase.image != nil }
+
+        let image = try #require(model.phase.image)
+        #expect(image.width == 256) // the trivial decoder decodes `.maxPixelSize(n)` as n×n
+        #expect(!model.isLoading)
+        #expect(h.pipeline.metrics.networkRequestsStarted == 1)
+        #expect(h.pipeline.metrics.decodes == 1)
+    }
+
+    @Test func aFailedDownloadIsTheFailurePhase() async throws {
+        let h = PipelineHarness()
+        h.loader.fail(PipelineURLs.a, statusCode: 500)
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        model.displaySize(width: 10, height: 10)
+        await waitUntil(model) { $0.phase.error != nil }
+        let error = try #require(model.phase.error)
+        #expect(error.code == .dataLoadingFailed)
+        #expect(error.statusCode == 500)
+        #expect(!model.isLoading)
+        #expect(h.pipeline.metrics.decodes == 0)
+    }
+
+    @Test func aFailedDecodeIsTheFailurePhase() async throws {
+        let h = PipelineHarness { $0.decoder = FailingDecoder() }
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        model.displaySize(width: 10, height: 10)
+        await waitUntil(model) { $0.phase.error != nil }
+        #expect(model.phase.error?.code == .decodingFailed)
+        #expect(model.phase.image == nil)
+        #expect(!model.isLoading)
+    }
+
+    // MARK: - Fetch before size, decode once
+
+    @Test func bytesThatArriveBeforeTheSizeAreDecodedOnceWhenTheSizeIsSet() async throws {
+        let h = PipelineHarness()
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        await waitUntil(model) { !$0.isLoading } // the bytes are in the model
+        #expect(h.pipeline.metrics.fetch.completed == 1)
+        #expect(h.pipeline.metrics.decodes == 0)
+        #expect(model.phase.image == nil)
+
+        model.displaySize(width: 60, height: 40)
+        await waitUntil(model) { $0.phase.image != nil }
+        #expect(model.phase.image?.width == 64)
+        #expect(h.pipeline.metrics.networkRequestsStarted == 1)
+        #expect(h.pipeline.metrics.decodes == 1)
+        #expect(h.loader.loadCount == 1)
+    }
+
+    @Test func aSizeSetWhileDownloadingDecodesOnceWhenTheBytesArrive() async throws {
+        let h = PipelineHarness()
+        h.loader.isSuspended = true
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        await h.loader.waitForLoads(1)
+        model.displaySize(width: 100, height: 100)
+        model.displaySize(width: 300, height: 100) // a size change never touches the download
+        #expect(model.isLoading)
+        h.loader.resume()
+        await waitUntil(model) { $0.phase.image != nil }
+        #expect(model.phase.image?.width == 320)
+        #expect(h.pipeline.metrics.decodes == 1)
+        #expect(h.loader.loadCount == 1)
+        #expect(h.loader.cancelledCount == 0)
+    }
+
+    @Test func aRequestWithItsOwnThumbnailDoesNotWaitForADisplaySize() async throws {
+        let h = PipelineHarness()
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a, thumbnail: .maxPixelSize(40)))
+        await waitUntil(model) { $0.phase.image != nil }
+        #expect(model.phase.image?.width == 40)
+    }
+
+    // MARK: - Size changes
+
+    @Test func aSizeChangeAfterSuccessReDecodesWithoutDownloading() async throws {
+        let h = PipelineHarness()
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        model.displaySize(width: 100, height: 100)
+        await waitUntil(model) { $0.phase.image != nil }
+        #expect(model.phase.image?.width == 128)
+
+        model.displaySize(width: 300, height: 200)
+        #expect(model.phase.image?.width == 128) // the old image stays until the new one is ready
+        await waitUntil(model) { $0.phase.image?.width == 320 }
+        let metrics = h.pipeline.metrics
+        #expect(metrics.networkRequestsStarted == 1)
+        #expect(metrics.decodes == 2)
+        #expect(h.loader.loadCount == 1)
+    }
+
+    @Test func sizesInTheSameBucketShareTheDecode() async throws {
+        let h = PipelineHarness()
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        model.displaySize(width: 199, height: 10)
+        await waitUntil(model) { $0.phase.image != nil }
+        model.displaySize(width: 201, height: 10)
+        #expect(!model.isLoading) // nothing to do: same bucket
+        #expect(model.phase.image?.width == 256)
+
+        // Another model at 201 points asks for the same decode size.
+        let other = FetchImage(pipeline: h.pipeline)
+        other.load(ImageRequest(url: PipelineURLs.a))
+        other.displaySize(width: 10, height: 201)
+        await waitUntil(other) { $0.phase.image != nil }
+        #expect(other.phase.image?.width == 256)
+        #expect(h.pipeline.metrics.decodes == 2) // no memory cache yet: one decode per model
+    }
+
+    @Test func theDecodeSizeNeverExceedsTheNaturalSizeOnceKnown() async throws {
+        let decoder = NaturalSizeDecoder(width: 150, height: 100)
+        let h = PipelineHarness { $0.decoder = decoder }
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        model.displaySize(width: 256, height: 256)
+        await waitUntil(model) { $0.phase.image != nil }
+        #expect(model.phase.image?.width == 150)
+        #expect(model.naturalMaxPixelSize == 150)
+
+        model.displaySize(width: 640, height: 480) // bigger than the image: nothing to decode
+        #expect(!model.isLoading)
+        model.displaySize(width: 100, height: 50)
+        await waitUntil(model) { $0.phase.image?.width == 128 }
+        model.displaySize(width: 400, height: 300) // bucket 448, capped at 150
+        await waitUntil(model) { $0.phase.image?.width == 150 }
+
+        #expect(decoder.requestedSizes == [.maxPixelSize(256), .maxPixelSize(128), .maxPixelSize(150)])
+        #expect(h.loader.loadCount == 1)
+    }
+
+    // MARK: - Visibility
+
+    @Test func disappearingCancelsADownloadNobodyElseNeeds() async throws {
+        let h = PipelineHarness()
+        h.loader.isSuspended = true
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        await h.loader.waitForLoads(1)
+
+        model.onDisappear()
+        #expect(!model.isLoading)
+        await h.loader.waitForCancellations(1)
+        await h.waitUntilIdle()
+        #expect(model.phase.image == nil && model.phase.error == nil) // cancellation is not a failure
+
+        h.loader.resume()
+        model.onAppear() // starts over
+        model.displaySize(width: 30, height: 30)
+        await waitUntil(model) { $0.phase.image != nil }
+        #expect(h.loader.loadCount == 2)
+    }
+
+    @Test func disappearingKeepsADownloadAnotherRequestNeeds() async throws {
+        let h = PipelineHarness()
+        h.loader.isSuspended = true
+        let other = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a))
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        await h.pipeline.waitForMetrics { $0.fetch.joined == 1 } // the model joined the download
+        await h.loader.waitForLoads(1)
+
+        model.onDisappear()
+        await h.pipeline.waitForMetrics { $0.liveRequests == 1 }
+        h.loader.resume()
+        _ = try await other.response
+        #expect(h.loader.cancelledCount == 0)
+        #expect(h.pipeline.metrics.fetch.cancelled == 0)
+        #expect(h.pipeline.metrics.networkRequestsStarted == 1)
+    }
+
+    @Test func disappearingDuringTheDecodeCancelsOnlyTheDecode() async throws {
+        let h = PipelineHarness()
+        let decoding = h.pipeline.configuration.decodingQueue
+        decoding.isSuspended = true
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        model.displaySize(width: 50, height: 50)
+        await h.pipeline.waitForMetrics { $0.decode.started == 1 }
+        model.onDisappear()
+        await h.pipeline.waitForMetrics { $0.decode.cancelled == 1 }
+
+        model.onAppear() // decodes the bytes it kept
+        decoding.isSuspended = false
+        await waitUntil(model) { $0.phase.image != nil }
+        #expect(h.pipeline.metrics.networkRequestsStarted == 1)
+        #expect(h.pipeline.metrics.decodes == 1)
+    }
+
+    @Test func disappearingAfterSuccessKeepsTheImage() async throws {
+        let h = PipelineHarness()
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        model.displaySize(width: 50, height: 50)
+        await waitUntil(model) { $0.phase.image != nil }
+        await h.waitUntilIdle()
+        let before = h.pipeline.metrics
+        model.onDisappear()
+        model.onAppear()
+        #expect(model.phase.image?.width == 64)
+        #expect(!model.isLoading)
+        #expect(h.pipeline.metrics == before) // nothing started again
+    }
+
+    // MARK: - Requests, priority, sharing
+
+    @Test func loadingAnotherRequestCancelsThePreviousOne() async throws {
+        let h = PipelineHarness()
+        h.loader.isSuspended = true
+        let model = FetchImage(pipeline: h.pipeline)
+        model.url = PipelineURLs.a
+        await h.loader.waitForLoads(1)
+        model.url = PipelineURLs.a // the same URL: nothing restarts
+        model.url = PipelineURLs.b
+        await h.loader.waitForCancellations(1)
+        await h.loader.waitForLoads(2)
+        #expect(h.loader.requestedURLs == [PipelineURLs.a, PipelineURLs.b])
+        h.loader.resume()
+        model.displaySize(width: 10, height: 10)
+        await waitUntil(model) { $0.phase.image != nil }
+        #expect(model.request?.url == PipelineURLs.b)
+    }
+
+    @Test func thePriorityReachesTheFetchAndTheRunningDecode() async throws {
+        let h = PipelineHarness()
+        let data = h.pipeline.configuration.dataLoadingQueue
+        let decoding = h.pipeline.configuration.decodingQueue
+        data.isSuspended = true
+        decoding.isSuspended = true
+        let model = FetchImage(pipeline: h.pipeline)
+        model.priority = .high
+        model.load(ImageRequest(url: PipelineURLs.a))
+        model.displaySize(width: 10, height: 10)
+        await h.pipeline.waitForMetrics { $0.fetch.started == 1 }
+        #expect(data.pendingPriorities == [.high])
+        data.isSuspended = false
+        await h.pipeline.waitForMetrics { $0.decode.started == 1 }
+        #expect(decoding.pendingPriorities == [.high])
+        model.priority = .veryLow
+        #expect(decoding.pendingPriorities == [.veryLow])
+        decoding.isSuspended = false
+        await waitUntil(model) { $0.phase.image != nil }
+    }
+
+    @Test func aVisibleModelJoinsAPrefetchsDownload() async throws {
+        let h = PipelineHarness()
+        h.loader.isSuspended = true
+        let prefetcher = ImagePrefetcher(pipeline: h.pipeline, destination: .diskCache)
+        prefetcher.startPrefetching(with: [PipelineURLs.a])
+        await h.loader.waitForLoads(1)
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        model.displaySize(width: 20, height: 20)
+        await h.pipeline.waitForMetrics { $0.fetch.joined == 1 }
+        prefetcher.stopPrefetching()
+        h.loader.resume()
+        await waitUntil(model) { $0.phase.image != nil }
+        #expect(h.loader.loadCount == 1)
+        #expect(h.loader.cancelledCount == 0)
+    }
+
+    @Test(arguments: [
+        (199.0, 1.0, 256), (201.0, 1.0, 256), (192.0, 1.0, 192), (193.0, 1.0, 256),
+        (1.0, 1.0, 64), (64.0, 1.0, 64), (65.0, 1.0, 128), (100.0, 2.0, 256),
+        (100.0, 1.5, 192), (64.0 / 3.0, 3.0, 64), (66.67, 3.0, 256), (0.5, 1.0, 64),
+    ])
+    func theBucketRule(points: Double, scale: Double, expected: Int) {
+        #expect(DisplaySize(width: points, height: 1, scale: scale).bucketedMaxPixelSize == expected)
+        #expect(DisplaySize(width: 1, height: points, scale: scale).bucketedMaxPixelSize == expected)
+    }
+
+    @Test func anEmptyDisplaySizeIsIgnored() async throws {
+        let h = PipelineHarness()
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        model.displaySize(width: 0, height: 100)
+        model.displaySize(width: .nan, height: 100)
+        await waitUntil(model) { !$0.isLoading }
+        #expect(model.currentDisplaySize == nil)
+        #expect(h.pipeline.metrics.decodes == 0)
+    }
+}
+
+// MARK: - Helpers
+
+/// Returns once `condition` holds for `model`, re-checking after each change to its observed
+/// properties (no polling, no sleeping).
+@MainActor
+private func waitUntil(_ model: FetchImage, _ condition: (FetchImage) -> Bool) async {
+    while !condition(model) {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            withObservationTracking {
+                _ = model.phase
+                _ = model.isLoading
+            } onChange: {
+                continuation.resume()
+            }
+        }
+    }
+}
+
+/// A decoder for an image of a fixed natural size that never upscales; records the decode
+/// sizes it was asked for.
+private final class NaturalSizeDecoder: ImageDecoding {
+    let width: Int
+    let height: Int
+    private let requested = Mutex<[DecodeSize?]>([])
+
+    init(width: Int, height: Int) {
+        self.width = width
+        self.height = height
+    }
+
+    var requestedSizes: [DecodeSize?] { requested.withLock { $0 } }
+
+    func decode(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer {
+        requested.withLock { $0.append(context.options.size) }
+        var (w, h) = (width, height)
+        let limit: Int? = switch context.options.size {
+        case nil: nil
+        case .maxPixelSize(let n): n
+        case .size(let tw, let th, _): max(tw, th)
+        }
+        if let limit, max(w, h) > limit {
+            let factor = Double(limit) / Double(max(w, h))
+            (w, h) = (max(1, Int((Double(w) * factor).rounded())), max(1, Int((Double(h) * factor).rounded())))
+        }
+        return ImageContainer(image: Bitmap(width: w, height: h, format: .rgb8, pixels: [UInt8](repeating: data.first ?? 0, count: w * h * 3)))
+    }
+}
+
+/// A decoder that always fails.
+private struct FailingDecoder: ImageDecoding {
+    struct Failure: Error {}
+    func decode(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer { throw Failure() }
+}
