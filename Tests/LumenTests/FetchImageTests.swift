@@ -286,6 +286,24 @@ struct FetchImageTests {
         #expect(h.loader.cancelledCount == 0)
     }
 
+    @Test(.disabled("needs the cache wiring: ImagePipeline.cache lookups are stubs that always miss"))
+    func anImageInTheMemoryCacheShowsAtOnceWithoutFetching() async throws {
+        let h = PipelineHarness()
+        let first = FetchImage(pipeline: h.pipeline)
+        first.load(ImageRequest(url: PipelineURLs.a))
+        first.displaySize(width: 100, height: 100)
+        await waitUntil(first) { $0.phase.image != nil }
+        await h.waitUntilIdle()
+        let before = h.pipeline.metrics
+
+        let second = FetchImage(pipeline: h.pipeline)
+        second.displaySize(width: 101, height: 90) // the same bucket
+        second.load(ImageRequest(url: PipelineURLs.a))
+        #expect(second.phase.image?.width == 128) // synchronously, from memory
+        #expect(!second.isLoading)
+        #expect(h.pipeline.metrics == before)
+    }
+
     @Test(arguments: [
         (199.0, 1.0, 256), (201.0, 1.0, 256), (192.0, 1.0, 192), (193.0, 1.0, 256),
         (1.0, 1.0, 64), (64.0, 1.0, 64), (65.0, 1.0, 128), (100.0, 2.0, 256),

@@ -25,7 +25,7 @@ struct PrefetchStateMachine<Handle> {
     }
 
     /// What to do with a handle being attached.
-    enum AttachAction {
+    enum AttachAction: Equatable {
         /// Keep it running.
         case keep
         /// The priority changed while it was starting: apply this one.
@@ -36,6 +36,7 @@ struct PrefetchStateMachine<Handle> {
 
     private struct Running {
         var token: Int
+        /// The priority the handle has (or, while starting, the one its request started with).
         var priority: ImageRequest.Priority
         var handle: Handle?
     }
@@ -84,9 +85,11 @@ struct PrefetchStateMachine<Handle> {
     /// Records the handle of a started prefetch.
     mutating func attach(_ handle: Handle, key: ImageCacheKey, token: Int) -> AttachAction {
         guard var entry = running[key], entry.token == token else { return .cancel }
+        let startedWith = entry.priority
         entry.handle = handle
+        entry.priority = priority
         running[key] = entry
-        return entry.priority == priority ? .keep : .setPriority(priority)
+        return startedWith == priority ? .keep : .setPriority(priority)
     }
 
     /// A started prefetch ended. Returns the prefetches that can start now and whether the
@@ -138,9 +141,12 @@ struct PrefetchStateMachine<Handle> {
         guard newValue != priority else { return [] }
         priority = newValue
         var handles: [Handle] = []
-        for key in running.keys {
+        for (key, entry) in running {
+            // An entry still starting keeps the priority its request started with, so that
+            // `attach` sees the difference and applies the new one.
+            guard let handle = entry.handle else { continue }
             running[key]!.priority = newValue
-            if let handle = running[key]!.handle { handles.append(handle) }
+            handles.append(handle)
         }
         return handles
     }
