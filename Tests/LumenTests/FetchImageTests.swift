@@ -53,6 +53,21 @@ struct FetchImageTests {
         #expect(!model.isLoading)
     }
 
+    @Test func appearingAgainAfterAFailureRetriesWithAFreshDownload() async throws {
+        let h = PipelineHarness()
+        h.loader.fail(PipelineURLs.a, statusCode: 503)
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        model.displaySize(width: 10, height: 10)
+        await waitUntil(model) { $0.phase.error != nil }
+
+        h.loader.removeFailure(for: PipelineURLs.a)
+        model.onDisappear()
+        model.onAppear()
+        await waitUntil(model) { $0.phase.image != nil }
+        #expect(h.loader.loadCount == 2)
+    }
+
     // MARK: - Fetch before size, decode once
 
     @Test func bytesThatArriveBeforeTheSizeAreDecodedOnceWhenTheSizeIsSet() async throws {

@@ -232,7 +232,10 @@ public final class FetchImage {
             fetched = (data, response)
             decodeIfNeeded()
         case .failure(let error):
-            if error.code != .cancelled { phase = .failure(error) }
+            if error.code != .cancelled {
+                phase = .failure(error)
+                shownTarget = nil
+            }
         }
         updateIsLoading()
     }
@@ -312,7 +315,10 @@ public final class FetchImage {
             phase = .success(ImageResponse(container: response.container, request: sized, urlResponse: fetched?.response, cacheType: response.cacheType))
             decodeIfNeeded() // the size may have changed meanwhile
         case .failure(let error):
-            if error.code != .cancelled { phase = .failure(error) }
+            if error.code != .cancelled {
+                phase = .failure(error)
+                shownTarget = nil // nothing shown: the same size may be tried again
+            }
         }
         updateIsLoading()
     }
