@@ -147,7 +147,6 @@ struct FetchImageTests {
         other.displaySize(width: 10, height: 201)
         await waitUntil(other) { $0.phase.image != nil }
         #expect(other.phase.image?.width == 256)
-        #expect(h.pipeline.metrics.decodes == 2) // no memory cache yet: one decode per model
     }
 
     @Test func theDecodeSizeNeverExceedsTheNaturalSizeOnceKnown() async throws {
@@ -276,12 +275,34 @@ struct FetchImageTests {
         await h.pipeline.waitForMetrics { $0.fetch.started == 1 }
         #expect(data.pendingPriorities == [.high])
         data.isSuspended = false
-        await h.pipeline.waitForMetrics { $0.decode.started == 1 }
+        // The download, then the decode's read of the model's bytes: the decode is queued.
+        await h.recorder.wait { $0.completed(.fetch) == 2 }
         #expect(decoding.pendingPriorities == [.high])
         model.priority = .veryLow
         #expect(decoding.pendingPriorities == [.veryLow])
         decoding.isSuspended = false
         await waitUntil(model) { $0.phase.image != nil }
+    }
+
+    @Test func aVisibleModelRaisesAQueuedPrefetchsDownloadAndLeavingLowersIt() async throws {
+        let h = PipelineHarness()
+        let queue = h.pipeline.configuration.dataLoadingQueue
+        queue.isSuspended = true
+        let prefetcher = ImagePrefetcher(pipeline: h.pipeline)
+        prefetcher.startPrefetching(with: [PipelineURLs.a])
+        #expect(queue.pendingPriorities == [.low])
+
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        await h.pipeline.waitForMetrics { $0.fetch.joined == 1 }
+        #expect(queue.pendingPriorities == [.normal])
+
+        model.onDisappear()
+        await h.pipeline.waitForMetrics { $0.liveRequests == 1 }
+        #expect(queue.pendingPriorities == [.low])
+        queue.isSuspended = false
+        await prefetcher.waitUntilIdle()
+        #expect(h.loader.loadCount == 1)
     }
 
     @Test func aVisibleModelJoinsAPrefetchsDownload() async throws {
