@@ -149,6 +149,28 @@ struct FetchImageTests {
         #expect(other.phase.image?.width == 256)
     }
 
+    @Test func modelsShowingOneImageAtOneBucketShareTheDownloadAndTheDecode() async throws {
+        let h = PipelineHarness()
+        h.loader.isSuspended = true
+        let decoding = h.pipeline.configuration.decodingQueue
+        decoding.isSuspended = true
+        let cells = (0..<4).map { _ in FetchImage(pipeline: h.pipeline) }
+        for (i, cell) in cells.enumerated() {
+            cell.load(ImageRequest(url: PipelineURLs.a))
+            cell.displaySize(width: 90 + Double(i), height: 90) // one bucket: 128
+        }
+        await h.pipeline.waitForMetrics { $0.fetch.joined == 3 }
+        h.loader.resume()
+        await h.recorder.wait { $0.subscriptions(.decode) == 4 }
+        decoding.isSuspended = false
+        for cell in cells { await waitUntil(cell) { $0.phase.image != nil } }
+
+        #expect(cells.allSatisfy { $0.phase.image?.width == 128 })
+        #expect(h.loader.loadCount == 1)
+        #expect(h.pipeline.metrics.decodes == 1)
+        #expect(h.pipeline.metrics.decode.joined == 3)
+    }
+
     @Test func theDecodeSizeNeverExceedsTheNaturalSizeOnceKnown() async throws {
         let decoder = NaturalSizeDecoder(width: 150, height: 100)
         let h = PipelineHarness { $0.decoder = decoder }
