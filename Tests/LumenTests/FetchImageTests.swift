@@ -61,6 +61,10 @@ struct FetchImageTests {
         model.displaySize(width: 10, height: 10)
         await waitUntil(model) { $0.phase.error != nil }
 
+        model.displaySize(width: 300, height: 300) // layout alone does not retry
+        #expect(!model.isLoading)
+        #expect(h.loader.loadCount == 1)
+
         h.loader.removeFailure(for: PipelineURLs.a)
         model.onDisappear()
         model.onAppear()

@@ -156,7 +156,9 @@ public final class FetchImage {
     public func displaySize(_ size: DisplaySize) {
         guard !size.isEmpty, size != currentDisplaySize else { return }
         currentDisplaySize = size
-        decodeIfNeeded()
+        // A failed download is retried by `onAppear()` or `load(_:)`, never by layout.
+        if case .failure = phase, fetched == nil { return }
+        resume() // decodes the bytes held, or fetches them if the shown image came from memory
     }
 
     /// Cancels everything and forgets the request, the bytes and the image.
