@@ -219,7 +219,7 @@ public final class FetchImage {
             do {
                 result = .success(try await pipeline.data(for: request))
             } catch {
-                result = .failure(error as? ImagePipeline.Error ?? ImagePipeline.Error(code: .dataLoadingFailed, underlyingError: error))
+                result = .failure(error as? ImagePipeline.Error ?? ImagePipeline.Error.dataLoadingFailed(error))
             }
             self?.didFetch(result, generation: generation)
         }
@@ -270,7 +270,7 @@ public final class FetchImage {
             do {
                 result = .success(try await task.response)
             } catch {
-                result = .failure(error as? ImagePipeline.Error ?? ImagePipeline.Error(code: .decodingFailed, underlyingError: error))
+                result = .failure(error as? ImagePipeline.Error ?? ImagePipeline.Error.decodingFailed(error))
             }
             self?.didDecode(result, task: task)
         }
