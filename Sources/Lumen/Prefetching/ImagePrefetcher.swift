@@ -12,9 +12,14 @@ import Synchronization
 /// - At most ``maxConcurrentRequestCount`` prefetches run at once; the rest wait in FIFO order.
 /// - A request whose result is already cached (``ImagePipeline/cache``), or that is already
 ///   pending or running here, is skipped.
-/// - Errors are swallowed: prefetching is best effort.
+/// - Two requests are the same prefetch when their image ID and credentials agree and, for
+///   ``Destination/memoryCache``, their decode size and processors too.
+/// - Errors are swallowed: prefetching is best effort (``outcomes`` counts them).
 ///
-/// All members are safe to call from any thread. Releasing the prefetcher stops its prefetches.
+/// All members are safe to call from any thread and take effect before they return: the
+/// bookkeeping is a small state machine under a lock (no actor hop, so a scroll callback's
+/// `startPrefetching` has subscribed its first requests when it returns), and loads run in
+/// the pipeline. Releasing the prefetcher stops its prefetches.
 ///
 /// ```swift
 /// let prefetcher = ImagePrefetcher(pipeline: pipeline)
