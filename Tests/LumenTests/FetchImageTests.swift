@@ -116,6 +116,31 @@ struct FetchImageTests {
         #expect(model.phase.image?.width == 40)
     }
 
+    @Test func withoutDisplaySizesTheFullImageIsDecodedWhenTheBytesArrive() async throws {
+        let h = PipelineHarness()
+        let model = FetchImage(pipeline: h.pipeline)
+        model.decodesAtDisplaySize = false
+        model.load(ImageRequest(url: PipelineURLs.a))
+        await waitUntil(model) { $0.phase.image != nil }
+        #expect(model.phase.image?.width == 64) // the trivial decoder's full size for 64 bytes
+        #expect(model.phase.image?.height == 1)
+    }
+
+    @Test func clearingTheURLCancelsAndForgets() async throws {
+        let h = PipelineHarness()
+        h.loader.isSuspended = true
+        let model = FetchImage(pipeline: h.pipeline)
+        model.url = PipelineURLs.a
+        #expect(model.url == PipelineURLs.a)
+        await h.loader.waitForLoads(1)
+        model.url = nil
+        #expect(model.request == nil)
+        #expect(!model.isLoading)
+        await h.loader.waitForCancellations(1)
+        model.onAppear() // nothing to load
+        #expect(!model.isLoading)
+    }
+
     // MARK: - Size changes
 
     @Test func aSizeChangeAfterSuccessReDecodesWithoutDownloading() async throws {
