@@ -221,6 +221,27 @@ struct FetchImageTests {
         #expect(h.loader.loadCount == 1)
     }
 
+    @Test func withTheRealDecoderAJPEGsNaturalSizeCapsTheDecodeSize() async throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let jpeg = try Data(contentsOf: root.appendingPathComponent("../shared/corpus/real-world/hopper.jpg")) // 128×128
+        let h = PipelineHarness { $0.decoder = ImageDecoders.Default() }
+        h.loader.serve(jpeg, for: PipelineURLs.a)
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        model.displaySize(width: 100, height: 100, scale: 2) // 200 px → bucket 256, above the image
+        await waitUntil(model) { $0.phase.image != nil }
+        #expect(model.phase.image?.width == 128)
+        #expect(model.naturalMaxPixelSize == 128)
+
+        model.displaySize(width: 100, height: 100) // bucket 128 = the natural size: nothing to do
+        #expect(!model.isLoading)
+        model.displaySize(width: 50, height: 40) // bucket 64
+        await waitUntil(model) { $0.phase.image?.width == 64 }
+        #expect(model.phase.image?.height == 64)
+        #expect(h.pipeline.metrics.decodes == 2)
+        #expect(h.loader.loadCount == 1)
+    }
+
     // MARK: - Visibility
 
     @Test func disappearingCancelsADownloadNobodyElseNeeds() async throws {
