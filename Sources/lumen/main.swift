@@ -21,7 +21,7 @@ switch command {
 case "demo":
     exit(DemoCommand.run(rest))
 case "thumbnail":
-    exit(ThumbnailCommand.run(rest))
+    exit(await ThumbnailCommand.run(rest))
 case "bench":
     exit(await BenchCommand.run(rest))
 case "bench-child":
