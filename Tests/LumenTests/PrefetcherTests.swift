@@ -207,8 +207,7 @@ struct PrefetcherTests {
         #expect(h.pipeline.metrics.decodes == 2)
     }
 
-    @Test(.disabled("needs the cache wiring: ImagePipeline.cache lookups are stubs that always miss"))
-    func anImageAlreadyInMemoryIsNotPrefetched() async throws {
+    @Test func anImageAlreadyInMemoryIsNotPrefetched() async throws {
         let h = PipelineHarness()
         _ = try await h.pipeline.image(for: PipelineURLs.a)
         #expect(h.pipeline.cache.containsCachedImage(for: ImageRequest(url: PipelineURLs.a)))
@@ -219,9 +218,10 @@ struct PrefetcherTests {
         #expect(h.pipeline.metrics.fetch.started == 1)
     }
 
-    @Test(.disabled("needs the cache wiring: ImagePipeline.cache lookups are stubs that always miss"))
-    func bytesAlreadyOnDiskAreNotPrefetched() async throws {
-        let h = PipelineHarness()
+    @Test func bytesAlreadyOnDiskAreNotPrefetched() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("lumen-prefetch-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let h = PipelineHarness { $0.dataCache = DataCache(name: "prefetch", directory: directory) }
         _ = try await h.pipeline.data(for: ImageRequest(url: PipelineURLs.a))
         #expect(h.pipeline.cache.containsData(for: ImageRequest(url: PipelineURLs.a)))
         let prefetcher = ImagePrefetcher(pipeline: h.pipeline, destination: .diskCache)
