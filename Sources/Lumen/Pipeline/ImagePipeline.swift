@@ -18,6 +18,17 @@ import FoundationNetworking
 /// starts fresh. With ``Configuration/isTaskCoalescingEnabled`` off, every request builds its
 /// own chain.
 ///
+/// Caching is not coalescing: caches reuse results that exist. Before any work starts, the
+/// memory cache answers a request whose final image it holds, synchronously (see
+/// ``imageTask(with:)``). Otherwise each stage consults the layer that fits it before depending
+/// on the stage below: the processed image on disk (under an encoding
+/// ``Configuration/dataCachePolicy``), then an intermediate processor prefix in memory, then
+/// the original bytes on disk — revalidated with a conditional request when stale — and only
+/// then the network. ``ImageResponse/cacheType`` says which layer answered. Disk I/O runs on
+/// the data-loading queue's tasks and decoding on the decoding queue, never under the graph's
+/// lock. A broken disk cache never fails a request: it is reported through
+/// ``Configuration/eventHandler`` (``Event/cacheFailure(_:)``) and the logger.
+///
 /// ```swift
 /// let pipeline = ImagePipeline(configuration: .init())
 /// let response = try await pipeline.image(for: ImageRequest(url: url, thumbnail: .maxPixelSize(320)))
