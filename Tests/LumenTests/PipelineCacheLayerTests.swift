@@ -304,3 +304,17 @@ extension PipelineCacheLayerTests {
         #expect(h.pipeline.metrics.diskCache.lookups == 0)
     }
 }
+
+extension PipelineCacheLayerTests {
+    @Test func onlyGETResponsesAreWrittenToDisk() async throws {
+        let h = PipelineCacheHarness()
+        defer { h.cleanUp() }
+        var post = URLRequest(url: PipelineCacheURLs.a)
+        post.httpMethod = "POST"
+        post.httpBody = Data("q=1".utf8)
+        _ = try await h.pipeline.image(for: ImageRequest(urlRequest: post))
+        await h.flush()
+        #expect(!h.pipeline.cache.containsData(for: ImageRequest(url: PipelineCacheURLs.a)))
+        #expect(h.pipeline.metrics.diskCache.writes == 0)
+    }
+}

@@ -11,7 +11,8 @@ import FoundationNetworking
 /// Disk reads and writes run here, on the data-loading queue's task, never under the graph's
 /// lock. A stale entry with validators is revalidated: the request carries `If-None-Match` /
 /// `If-Modified-Since`, a `304 Not Modified` renews the entry and serves its bytes, a `200`
-/// replaces it. Failures are never written. `file:` and `data:` URLs bypass the disk cache.
+/// replaces it. Failures are never written. `file:` and `data:` URLs, and methods other than
+/// `GET`, bypass the disk cache.
 ///
 /// The maximum response size is enforced from the declared length at the first chunk and
 /// again while the body accumulates; an empty body is an error. Failures the retry policy
@@ -41,13 +42,15 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
         operation = (queue, item)
     }
 
-    /// Data closures and remote URLs go through the disk cache; local URLs don't.
+    /// Data closures and remote `GET`s go through the disk cache; local URLs and other methods
+    /// (whose bytes the disk key, made of the image identity, would not describe) don't.
     private static func isCacheable(_ request: ImageRequest) -> Bool {
         switch request.resource {
         case .closure: return true
         case .urlRequest(let urlRequest):
             let scheme = urlRequest.url?.scheme?.lowercased()
-            return scheme != "file" && scheme != "data"
+            let method = urlRequest.httpMethod?.uppercased() ?? "GET"
+            return scheme != "file" && scheme != "data" && method == "GET"
         }
     }
 
