@@ -63,8 +63,11 @@ extension ImagePipeline {
         public var decode = StageMetrics()
         /// Processing stage counters (one task per processor prefix).
         public var process = StageMetrics()
-        /// Calls to the data loader (including retries); closure requests are not counted.
+        /// Calls to the data loader for network URLs (including retries); `file:` and `data:`
+        /// URLs and closure requests are not counted.
         public var networkRequestsStarted = 0
+        /// Calls to the data loader for `file:` and `data:` URLs.
+        public var localLoadsStarted = 0
         /// Loader calls running now.
         public var networkRequestsInFlight = 0
         /// The most loader calls ever running at once.

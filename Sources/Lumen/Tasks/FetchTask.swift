@@ -130,12 +130,19 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
             }
         case .urlRequest(var urlRequest):
             for (name, value) in conditionalHeaders { urlRequest.setValue(value, forHTTPHeaderField: name) }
+            // `file:` and `data:` URLs go through the loader too, but not over the network.
+            let scheme = urlRequest.url?.scheme?.lowercased()
+            let isNetwork = scheme != "file" && scheme != "data"
             graph.metricsStore.withLock {
-                $0.networkRequestsStarted += 1
-                $0.networkRequestsInFlight += 1
-                $0.peakNetworkRequestsInFlight = max($0.peakNetworkRequestsInFlight, $0.networkRequestsInFlight)
+                if isNetwork {
+                    $0.networkRequestsStarted += 1
+                    $0.networkRequestsInFlight += 1
+                    $0.peakNetworkRequestsInFlight = max($0.peakNetworkRequestsInFlight, $0.networkRequestsInFlight)
+                } else {
+                    $0.localLoadsStarted += 1
+                }
             }
-            defer { graph.metricsStore.withLock { $0.networkRequestsInFlight -= 1 } }
+            defer { if isNetwork { graph.metricsStore.withLock { $0.networkRequestsInFlight -= 1 } } }
             let body = Body(limit: limit)
             do {
                 let response = try await graph.configuration.dataLoader.loadData(for: urlRequest) { [self] chunk, response in
