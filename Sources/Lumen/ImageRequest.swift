@@ -57,9 +57,9 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
         /// credential headers.
         var fetchKey: FetchKey
 
-        init(resource: Resource) {
+        init(resource: Resource, fetchKey: FetchKey? = nil) {
             self.resource = resource
-            self.fetchKey = FetchKey(resource: resource, credentialHeaders: [])
+            self.fetchKey = fetchKey ?? FetchKey(resource: resource, credentialHeaders: [])
         }
 
         func copy() -> Storage {
@@ -85,6 +85,9 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
 
     var resource: Resource { storage.resource }
     var fetchKey: FetchKey { storage.fetchKey }
+    /// `imageID ?? ""` without building the URL string again: the fetch key's identity is the
+    /// URL's absolute string (`""` without a URL) or the closure's id.
+    var cacheImageID: String { storage.explicitImageID ?? storage.fetchKey.identity }
 
     /// Processors applied in order to the decoded image. Every prefix is its own shared stage:
     /// `[a]` and `[a, b]` apply `a` once. Default empty.
@@ -127,10 +130,10 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
     }
 
     private init(
-        resource: Resource, processors: [any ImageProcessing], priority: Priority,
+        resource: Resource, fetchKey: FetchKey? = nil, processors: [any ImageProcessing], priority: Priority,
         options: Options, thumbnail: DecodeSize?, userInfo: [String: any Sendable]
     ) {
-        storage = Storage(resource: resource)
+        storage = Storage(resource: resource, fetchKey: fetchKey)
         storage.processors = processors
         storage.priority = priority
         storage.options = options
@@ -143,7 +146,13 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
         url: URL, processors: [any ImageProcessing] = [], priority: Priority = .normal,
         options: Options = [], thumbnail: DecodeSize? = nil, userInfo: [String: any Sendable] = [:]
     ) {
-        self.init(urlRequest: URLRequest(url: url), processors: processors, priority: priority,
+        // The fetch key straight from the URL: a plain `URLRequest` has no headers, no body,
+        // `GET` and the default cache policy, and reading them back from it costs more than
+        // the rest of making a request.
+        let urlRequest = URLRequest(url: url)
+        let fetchKey = FetchKey(plainURL: url)
+        assert(fetchKey == FetchKey(resource: .urlRequest(urlRequest), credentialHeaders: []), "FetchKey(plainURL:) disagrees")
+        self.init(resource: .urlRequest(urlRequest), fetchKey: fetchKey, processors: processors, priority: priority,
                   options: options, thumbnail: thumbnail, userInfo: userInfo)
     }
 

@@ -49,14 +49,25 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     private var _progress = Progress(completed: 0, total: 0)
     private var result: Result<ImageResponse, ImagePipeline.Error>?
     private var subscription: (any TaskSubscription)?
-    private var waiters: [UnsafeContinuation<Result<ImageResponse, ImagePipeline.Error>, Never>] = []
+    /// Resumed once ``result`` is set. The result is read after the resumption rather than
+    /// carried by it, which keeps the suspended task's frames small.
+    private typealias Waiter = UnsafeContinuation<Void, Never>
+    /// The first caller awaiting ``response`` (almost always the only one: no array to
+    /// allocate), then any others.
+    private var waiter: Waiter?
+    private var moreWaiters: [Waiter] = []
     private var streams: [Int: AsyncStream<Event>.Continuation] = [:]
     private var nextStreamID = 0
+    var rootIndex = -1
+    /// The final memory key `image(for:)` computed for its hit check, until ``run()``
+    /// subscribes (used only by the Swift task that created this one, before it subscribes).
+    private var pendingFinalMemoryKey: ImageCacheKey?
 
-    init(request: ImageRequest, graph: WorkGraph) {
+    init(request: ImageRequest, graph: WorkGraph, finalMemoryKey: ImageCacheKey? = nil) {
         self.request = request
         self.graph = graph
         self._priority = request.priority
+        self.pendingFinalMemoryKey = finalMemoryKey
     }
 
     /// A task that is already complete (a memory-cache hit): it never touches the graph's
@@ -71,6 +82,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     /// Subscribes to the graph with the request's precomputed `keys`. Must hold the graph's
     /// lock.
     func startLocked(keys: RequestKeys) {
+        guard result == nil else { return } // cancelled before it started
         guard !graph.isInvalidated else {
             complete(.failure(.pipelineInvalidated))
             return
@@ -78,7 +90,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         graph.register(self)
         let count = request.processors.count
         let top = graph.imageTask(for: request, keys: keys, processorCount: count, isFinal: true)
-        top.markRequested(memoryKey: keys.cache?.memory.isEmpty == false ? keys.cache?.memory[count] : nil, diskKey: keys.cache?.diskProcessed)
+        top.markRequested(memoryKey: keys.finalMemoryKey, diskKey: keys.cache?.diskProcessed)
         subscription = top.subscribe(priority: _priority) { [self] event in
             switch event {
             case .progress(let progress):
@@ -155,19 +167,64 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     public var response: ImageResponse {
         get async throws {
             if let finished = graph.sync({ result }) { return try finished.get() }
-            return try await withTaskCancellationHandler {
-                await withUnsafeContinuation { continuation in
-                    let finished: Result<ImageResponse, ImagePipeline.Error>? = graph.sync {
-                        if let result { return result }
-                        waiters.append(continuation)
-                        return nil
-                    }
-                    if let finished { continuation.resume(returning: finished) }
+            await withTaskCancellationHandler {
+                await withUnsafeContinuation { (continuation: Waiter) in
+                    wait(continuation, startingWith: nil)
                 }
             } onCancel: {
                 cancel()
-            }.get()
+            }
+            return try finishedResult.get()
         }
+    }
+
+    /// Subscribes and waits for the result, taking the graph's lock once for both:
+    /// `image(for:)`'s path. Cancelling the awaiting Swift task cancels this task, also when
+    /// that happens before it subscribed (it then never subscribes).
+    ///
+    /// The work happens in synchronous calls that are not inlined, and the result is read
+    /// after the resumption: an async function keeps its values, and often its callees'
+    /// temporaries, in the task's frame for as long as it is suspended, and thousands of
+    /// suspended requests would each hold kilobytes of them.
+    func run() async throws -> ImageResponse {
+        await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: Waiter) in
+                subscribe(waiting: continuation)
+            }
+        } onCancel: {
+            cancel()
+        }
+        return try finishedResult.get()
+    }
+
+    /// Computes the keys (without the lock), subscribes and registers `continuation`.
+    @inline(never)
+    private func subscribe(waiting continuation: Waiter) {
+        let finalMemoryKey = pendingFinalMemoryKey
+        pendingFinalMemoryKey = nil
+        let keys = graph.requestKeys(for: request, finalMemoryKey: finalMemoryKey)
+        wait(continuation, startingWith: keys)
+    }
+
+    /// Subscribes with `keys` when given, then resumes `continuation` once there is a result
+    /// (at once if there is one).
+    @inline(never)
+    private func wait(_ continuation: Waiter, startingWith keys: RequestKeys?) {
+        let isFinished: Bool = graph.sync {
+            if let keys { startLocked(keys: keys) }
+            if result != nil { return true }
+            if waiter == nil { waiter = continuation } else { moreWaiters.append(continuation) }
+            return false
+        }
+        if isFinished { continuation.resume() }
+    }
+
+    /// The result after a waiter was resumed. Read without the lock: it is set, under the
+    /// lock, before any waiter is resumed (the resumption orders the accesses) and never
+    /// changes afterwards.
+    private var finishedResult: Result<ImageResponse, ImagePipeline.Error> {
+        guard let result else { preconditionFailure("ImageTask: resumed without a result") }
+        return result
     }
 
     /// The image, once the task ends. Cancelling the awaiting Swift task cancels this task.
@@ -184,8 +241,12 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         graph.unregister(self)
         // Resuming only enqueues the awaiting task, so it is safe under the lock and saves a
         // deferred closure per subscriber when thousands finish at once.
-        for waiter in waiters { waiter.resume(returning: result) }
-        waiters = []
+        if let waiter {
+            waiter.resume()
+            self.waiter = nil
+            for other in moreWaiters { other.resume() }
+            moreWaiters = []
+        }
         guard !streams.isEmpty else { return }
         // Finishing a stream runs its `onTermination`, which takes the lock: after unlocking.
         let streams = Array(self.streams.values)
@@ -226,6 +287,7 @@ final class DataRequestTask: RootTask, @unchecked Sendable { // mutable state gu
     private var subscription: (any TaskSubscription)?
     private var result: Result<FetchedData, ImagePipeline.Error>?
     private var waiter: CheckedContinuation<Result<FetchedData, ImagePipeline.Error>, Never>?
+    var rootIndex = -1
 
     init(request: ImageRequest, graph: WorkGraph) {
         self.request = request
@@ -233,7 +295,7 @@ final class DataRequestTask: RootTask, @unchecked Sendable { // mutable state gu
     }
 
     func run() async throws -> FetchedData {
-        let diskKey = graph.caches.dataCache == nil ? nil : RequestCacheKeys.originalDiskKey(request)
+        let diskKey = !graph.caches.hasDataCache ? nil : RequestCacheKeys.originalDiskKey(request)
         graph.sync {
             guard !graph.isInvalidated else {
                 complete(.failure(.pipelineInvalidated))

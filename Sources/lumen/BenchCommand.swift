@@ -9,14 +9,16 @@ enum BenchCommand {
     static func run(_ argv: [String]) async -> Int32 {
         let args: Arguments
         let iterations: Int
+        let count: Int
         do {
-            args = try Arguments(argv, valueOptions: ["iterations"], flagOptions: ["json"])
+            args = try Arguments(argv, valueOptions: ["iterations", "count"], flagOptions: ["json"])
             iterations = try args.int("iterations", range: 1...1000) ?? 5
+            count = try args.int("count", range: 1...1_000_000) ?? 10_000
             for s in args.positionals where !scenarios.contains(s) {
                 throw UsageError("unknown scenario '\(s)' (known: \(scenarios.joined(separator: ", ")))")
             }
         } catch {
-            printError("lumen bench: \(error)\nusage: lumen bench [\(scenarios.joined(separator: "|"))]... [--json] [--iterations N]")
+            printError("lumen bench: \(error)\nusage: lumen bench [\(scenarios.joined(separator: "|"))]... [--json] [--iterations N] [--count N]")
             return 2
         }
         let chosen = args.positionals.isEmpty ? scenarios : args.positionals
@@ -24,7 +26,7 @@ enum BenchCommand {
             for scenario in chosen {
                 switch scenario {
                 case "decode": try BenchDecode.run(json: args.flag("json"), iterations: iterations)
-                case "coalesce", "overhead": try await BenchGraph.run(scenario, json: args.flag("json"))
+                case "coalesce", "overhead": try await BenchGraph.run(scenario, json: args.flag("json"), count: count)
                 case "cache": try await BenchCache.run(json: args.flag("json"), iterations: iterations)
                 default: break
                 }

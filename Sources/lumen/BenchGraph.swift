@@ -5,11 +5,13 @@ import LumenTestSupport
 /// `lumen bench coalesce` and `lumen bench overhead`: the work graph measured through the
 /// public API with a fake loader and a trivial decoder, against the same work done directly.
 enum BenchGraph {
-    static func run(_ scenario: String, json: Bool) async throws {
+    /// `count`: requests per scenario (default 10,000; smaller counts suit instruction-counting
+    /// profilers such as callgrind).
+    static func run(_ scenario: String, json: Bool, count: Int = 10_000) async throws {
         let result: PipelineBenchmarks.Result
         switch scenario {
-        case "coalesce": result = try await PipelineBenchmarks.coalesce(count: 10_000)
-        default: result = try await PipelineBenchmarks.overhead(count: 10_000)
+        case "coalesce": result = try await PipelineBenchmarks.coalesce(count: count)
+        default: result = try await PipelineBenchmarks.overhead(count: count)
         }
         var object: [String: Any] = [
             "scenario": scenario,

@@ -1,5 +1,6 @@
 import Foundation
 import Lumen
+import Synchronization
 
 /// `lumen`: Lumen's command-line tool, a thin client of the public API.
 let usage = """
@@ -8,8 +9,23 @@ let usage = """
     commands:
       demo        generate photo-like images, thumbnail them, write a contact sheet
       thumbnail   make thumbnails of image files (lumen thumbnail --help)
-      bench       side-by-side benchmarks: lumen bench [decode] [--json] [--iterations N]
+      bench       side-by-side benchmarks: lumen bench [decode|coalesce|overhead|cache] [--json] [--iterations N] [--count N]
     """
+
+/// Runs an async command on the global executor while the main thread waits. The main thread
+/// never enters `dispatch_main` (which async top-level code would), so the tool runs under
+/// valgrind, whose signal handling cannot cope with libdispatch's parked main thread.
+func runBlocking(_ command: @escaping @Sendable () async -> Int32) -> Int32 {
+    let done = DispatchSemaphore(value: 0)
+    let status = Mutex<Int32>(0)
+    Task.detached {
+        let result = await command()
+        status.withLock { $0 = result }
+        done.signal()
+    }
+    done.wait()
+    return status.withLock { $0 }
+}
 
 let argv = Array(CommandLine.arguments.dropFirst())
 guard let command = argv.first else {
@@ -21,9 +37,9 @@ switch command {
 case "demo":
     exit(DemoCommand.run(rest))
 case "thumbnail":
-    exit(await ThumbnailCommand.run(rest))
+    exit(runBlocking { await ThumbnailCommand.run(rest) })
 case "bench":
-    exit(await BenchCommand.run(rest))
+    exit(runBlocking { await BenchCommand.run(rest) })
 case "bench-child":
     exit(BenchCommand.child(rest))
 case "help", "--help", "-h":

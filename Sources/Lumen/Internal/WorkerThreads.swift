@@ -1,8 +1,10 @@
 import Foundation
 
 /// A growing set of worker threads that run submitted closures. The owning ``WorkQueue``
-/// bounds how many closures are submitted at once, so a thread is created only when all are
-/// busy; an idle thread exits after a few seconds.
+/// bounds how many closures run at once; a thread is created only when no thread is idle and
+/// fewer than that bound exist (a busy thread looks for submitted closures before it goes
+/// idle, so a closure submitted while all are busy still runs). An idle thread exits after a
+/// few seconds.
 final class WorkerThreads: @unchecked Sendable { // mutable state is guarded by `condition`
     private let name: String
     private let condition = NSCondition()
@@ -12,11 +14,12 @@ final class WorkerThreads: @unchecked Sendable { // mutable state is guarded by 
 
     init(name: String) { self.name = name }
 
-    func submit(_ job: @escaping @Sendable () -> Void) {
+    /// Runs `job` on a worker; `threadLimit` is the most threads this set may have.
+    func submit(threadLimit: Int, _ job: @escaping @Sendable () -> Void) {
         condition.lock()
         jobs.append(job)
-        if jobs.count <= idle {
-            condition.signal()
+        if jobs.count <= idle || threadCount >= threadLimit {
+            if idle > 0 { condition.signal() }
             condition.unlock()
             return
         }

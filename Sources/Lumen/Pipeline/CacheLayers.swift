@@ -26,12 +26,22 @@ struct RequestCacheKeys: Sendable {
     /// processors or decode size (their image is the original).
     var diskProcessed: String?
 
-    init(_ request: ImageRequest, memory: Bool = true, disk: Bool = true) {
-        let imageID = request.imageID ?? ""
+    /// - Parameter finalMemoryKey: `request`'s ``finalMemoryKey(_:)`` when the caller has it.
+    init(_ request: ImageRequest, memory: Bool = true, disk: Bool = true, finalMemoryKey: ImageCacheKey? = nil) {
+        let imageID = request.cacheImageID
         let fingerprint = Self.fingerprint(request)
-        self.memory = memory
-            ? (0...request.processors.count).map { Self.memoryKey(request, imageID: imageID, fingerprint: fingerprint, processorCount: $0) }
-            : []
+        if memory {
+            let count = request.processors.count
+            var keys: [ImageCacheKey] = []
+            keys.reserveCapacity(count + 1)
+            for prefix in 0..<count {
+                keys.append(Self.memoryKey(request, imageID: imageID, fingerprint: fingerprint, processorCount: prefix))
+            }
+            keys.append(finalMemoryKey ?? Self.memoryKey(request, imageID: imageID, fingerprint: fingerprint, processorCount: count))
+            self.memory = keys
+        } else {
+            self.memory = []
+        }
         diskOriginal = disk ? DataCache.key(imageID: imageID, credentialFingerprint: fingerprint) : nil
         if !disk || (request.processors.isEmpty && request.thumbnail == nil) {
             diskProcessed = nil
@@ -44,12 +54,12 @@ struct RequestCacheKeys: Sendable {
 
     /// The memory key of `request`'s final image, alone (the synchronous hit path).
     static func finalMemoryKey(_ request: ImageRequest) -> ImageCacheKey {
-        memoryKey(request, imageID: request.imageID ?? "", fingerprint: fingerprint(request), processorCount: request.processors.count)
+        memoryKey(request, imageID: request.cacheImageID, fingerprint: fingerprint(request), processorCount: request.processors.count)
     }
 
     /// The disk key of `request`'s original data, alone.
     static func originalDiskKey(_ request: ImageRequest) -> String {
-        DataCache.key(imageID: request.imageID ?? "", credentialFingerprint: fingerprint(request))
+        DataCache.key(imageID: request.cacheImageID, credentialFingerprint: fingerprint(request))
     }
 
     private static func memoryKey(_ request: ImageRequest, imageID: String, fingerprint: String?, processorCount: Int) -> ImageCacheKey {
@@ -85,6 +95,9 @@ struct RequestCacheKeys: Sendable {
 final class CacheLayers: Sendable {
     let imageCache: (any ImageCaching)?
     let dataCache: (any DataCaching)?
+    /// `imageCache != nil` and `dataCache != nil`, without copying the existentials.
+    let hasImageCache: Bool
+    let hasDataCache: Bool
     let policy: DataCachePolicy
     let isHTTPCachingRespected: Bool
     /// The disk cache's TTL and clock (a ``DataCache``'s own; for other caches 7 days and
@@ -98,6 +111,8 @@ final class CacheLayers: Sendable {
     init(configuration: ImagePipeline.Configuration, metrics: MetricsStore) {
         imageCache = configuration.imageCache
         dataCache = configuration.dataCache
+        hasImageCache = configuration.imageCache != nil
+        hasDataCache = configuration.dataCache != nil
         policy = configuration.dataCachePolicy
         isHTTPCachingRespected = configuration.isHTTPCachingRespected
         let disk = configuration.dataCache as? DataCache

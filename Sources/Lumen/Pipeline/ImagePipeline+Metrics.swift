@@ -153,6 +153,8 @@ final class MetricsStore: Sendable {
             update(&state.metrics)
             guard !state.waiters.isEmpty else { return [] }
             let metrics = state.metrics
+            // Most updates satisfy nobody: look before rebuilding the array.
+            guard state.waiters.contains(where: { $0.condition(metrics) }) else { return [] }
             var ready: [Waiter] = []
             state.waiters.removeAll { waiter in
                 guard waiter.condition(metrics) else { return false }

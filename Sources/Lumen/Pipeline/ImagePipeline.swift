@@ -73,52 +73,71 @@ public final class ImagePipeline: Sendable {
     /// `.memory`. On a miss, the memory cache is asked for the longest processor prefix it
     /// holds, and the graph starts from there.
     public func imageTask(with request: ImageRequest) -> ImageTask {
-        if let response = cachedResponse(for: request) {
+        let finalKey = !graph.caches.hasImageCache ? nil : RequestCacheKeys.finalMemoryKey(request)
+        if let finalKey, let response = cachedResponse(for: request, key: finalKey) {
             return ImageTask(request: request, graph: graph, completedWith: response)
         }
-        return startTask(with: request)
+        return startTask(with: request, finalMemoryKey: finalKey)
     }
 
-    /// Starts `request` in the graph (its final image was not in memory).
-    private func startTask(with request: ImageRequest) -> ImageTask {
-        // Keys hash processors' identities (user code): computed before taking the lock.
-        let caches = graph.caches
-        var keys = RequestKeys(request, memoryCache: caches.imageCache != nil, diskCache: caches.dataCache != nil)
-        if let cacheKeys = keys.cache, !cacheKeys.memory.isEmpty, request.processors.count > 0, CacheLayers.readsMemory(request.options) {
-            for count in stride(from: request.processors.count - 1, through: 0, by: -1) {
-                if let container = graph.caches.cachedImage(for: cacheKeys.memory[count]) {
-                    keys.cachedPrefix = (count, container)
-                    break
-                }
-            }
-        }
+    /// Starts `request` in the graph (its final image was not in memory). `finalMemoryKey`:
+    /// the request's final memory key, computed once by the caller (`nil` without a memory
+    /// cache).
+    private func startTask(with request: ImageRequest, finalMemoryKey: ImageCacheKey?) -> ImageTask {
+        let keys = graph.requestKeys(for: request, finalMemoryKey: finalMemoryKey)
         let task = ImageTask(request: request, graph: graph)
         graph.sync { task.startLocked(keys: keys) }
         return task
     }
 
     /// The memory-cache hit path: the final image of `request`, if the memory cache has it and
-    /// the request may read it.
-    func cachedResponse(for request: ImageRequest) -> ImageResponse? {
-        guard graph.caches.imageCache != nil, CacheLayers.readsMemory(request.options),
-              !graph.invalidatedFlag.load(ordering: .acquiring) else { return nil }
-        let key = RequestCacheKeys.finalMemoryKey(request)
-        guard let container = graph.caches.cachedImage(for: key) else { return nil }
+    /// the request may read it. `key` is the request's final memory key.
+    func cachedResponse(for request: ImageRequest, key: ImageCacheKey) -> ImageResponse? {
+        guard CacheLayers.readsMemory(request.options), !graph.invalidatedFlag.load(ordering: .acquiring),
+              let container = graph.caches.cachedImage(for: key) else { return nil }
         return ImageResponse(container: container, request: request, cacheType: .memory)
     }
 
     /// Loads the image at `url`.
     /// - Throws: ``Error``; `.cancelled` when the calling Swift task is cancelled.
     public func image(for url: URL) async throws -> ImageResponse {
-        try await image(for: ImageRequest(url: url))
+        // `image(for: ImageRequest(url: url))` without the extra async frame, which thousands
+        // of suspended requests would each hold.
+        if Task.isCancelled { throw Error.cancelled }
+        switch prepare(url: url) {
+        case .hit(let response): return response
+        case .miss(let task): return try await task.run()
+        }
     }
 
     /// Loads `request`. Cancelling the calling Swift task cancels the request.
     /// - Throws: ``Error``; `.cancelled` when the calling Swift task is cancelled.
     public func image(for request: ImageRequest) async throws -> ImageResponse {
         if Task.isCancelled { throw Error.cancelled } // don't start work nobody awaits
-        if let response = cachedResponse(for: request) { return response } // no task at all
-        return try await startTask(with: request).response
+        switch prepare(request) {
+        case .hit(let response): return response // no task at all
+        case .miss(let task): return try await task.run()
+        }
+    }
+
+    private enum Prepared {
+        case hit(ImageResponse)
+        case miss(ImageTask)
+    }
+
+    /// `image(for:)`'s synchronous part for a URL, not inlined (see ``ImageTask/run()``).
+    @inline(never)
+    private func prepare(url: URL) -> Prepared {
+        prepare(ImageRequest(url: url))
+    }
+
+    /// `image(for:)`'s synchronous part, not inlined (see ``ImageTask/run()``): the memory
+    /// cache's answer, or a task to run.
+    @inline(never)
+    private func prepare(_ request: ImageRequest) -> Prepared {
+        let finalKey = !graph.caches.hasImageCache ? nil : RequestCacheKeys.finalMemoryKey(request)
+        if let finalKey, let response = cachedResponse(for: request, key: finalKey) { return .hit(response) }
+        return .miss(ImageTask(request: request, graph: graph, finalMemoryKey: finalKey))
     }
 
     /// Loads the original bytes of `request` (no decoding), sharing a running download of the

@@ -32,7 +32,9 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     private var fetchPool: [FetchKey: FetchTask] = [:]
     private var decodePool: [DecodeKey: DecodeTask] = [:]
     private var processPool: [ProcessKey: ProcessTask] = [:]
-    private var roots: [ObjectIdentifier: any RootTask] = [:]
+    /// Live requests; each knows its index (``RootTask/rootIndex``), so registering and
+    /// unregistering are O(1) without hashing.
+    private var roots: [any RootTask] = []
     private(set) var isInvalidated = false
 
     init(configuration: ImagePipeline.Configuration) {
@@ -87,15 +89,23 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
 
     /// Registers a request that has started. Must hold the lock.
     func register(_ root: any RootTask) {
-        roots[ObjectIdentifier(root)] = root
+        root.rootIndex = roots.count
+        roots.append(root)
         metricsStore.withLock { $0.liveRequests += 1 }
     }
 
-    /// Unregisters a request that has ended. Must hold the lock.
+    /// Unregisters a request that has ended (nothing happens if it was never registered).
+    /// Must hold the lock.
     func unregister(_ root: any RootTask) {
-        if roots.removeValue(forKey: ObjectIdentifier(root)) != nil {
-            metricsStore.withLock { $0.liveRequests -= 1 }
+        let index = root.rootIndex
+        guard index >= 0 else { return }
+        root.rootIndex = -1
+        let last = roots.removeLast()
+        if index < roots.count {
+            roots[index] = last
+            last.rootIndex = index
         }
+        metricsStore.withLock { $0.liveRequests -= 1 }
     }
 
     /// Cancels every request and refuses new ones.
@@ -106,11 +116,22 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
             invalidatedFlag.store(true, ordering: .releasing)
             let count = roots.count
             log { "pipeline invalidated with \(count) requests running" }
-            for root in Array(roots.values) { root.cancelLocked() }
+            for root in roots { root.cancelLocked() } // iterates a copy: cancelling unregisters
         }
     }
 
     // MARK: - Stage tasks
+
+    /// Every key of `request`, and the longest processor prefix the memory cache holds.
+    /// Keys hash processors' identities (user code): call it without the lock.
+    /// `finalMemoryKey`: the request's final memory key when the caller has it.
+    func requestKeys(for request: ImageRequest, finalMemoryKey: ImageCacheKey?) -> RequestKeys {
+        let caches = self.caches
+        let readsPrefix = request.processors.count > 0 && caches.hasImageCache && CacheLayers.readsMemory(request.options)
+        return RequestKeys(
+            request, memoryCache: caches.hasImageCache, diskCache: caches.hasDataCache, finalMemoryKey: finalMemoryKey,
+            cachedImage: readsPrefix ? { caches.cachedImage(for: $0) } : nil)
+    }
 
     /// The task fetching `request`'s original data: shared when coalescing is on. `diskKey` is
     /// the original data's disk-cache key (`nil` without a disk cache).
@@ -154,6 +175,9 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
 /// A request at the top of the graph (an ``ImageTask`` or a data request), which
 /// ``WorkGraph/invalidate()`` cancels.
 protocol RootTask: AnyObject {
+    /// The request's index in the graph's list of live requests, -1 when not registered.
+    /// Used only by ``WorkGraph``, under its lock.
+    var rootIndex: Int { get set }
     /// Cancels the request. Must hold the graph's lock.
     func cancelLocked()
 }

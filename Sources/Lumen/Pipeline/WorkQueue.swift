@@ -195,26 +195,29 @@ public final class WorkQueue: @unchecked Sendable { // all mutable state is guar
     /// Starts pending items while there is room.
     private func drain() {
         while true {
-            let next: (Item, Job)? = lock.withLock {
-                guard !_isSuspended, running < _maxConcurrentCount, let item = popNext(), let job = item.job else { return nil }
-                item.state = .running
-                item.job = nil
-                pending -= 1
-                running += 1
-                return (item, job)
+            let next: (Item, Job, Int)? = lock.withLock {
+                guard let (item, job) = admitNext() else { return nil }
+                return (item, job, _maxConcurrentCount)
             }
-            guard let (item, job) = next else { return }
-            start(item, job)
+            guard let (item, job, limit) = next else { return }
+            start(item, job, threadLimit: limit)
         }
     }
 
-    private func start(_ item: Item, _ job: Job) {
+    /// Must hold `lock`. Marks the next pending item running, if there is room.
+    private func admitNext() -> (Item, Job)? {
+        guard !_isSuspended, running < _maxConcurrentCount, let item = popNext(), let job = item.job else { return nil }
+        item.state = .running
+        item.job = nil
+        pending -= 1
+        running += 1
+        return (item, job)
+    }
+
+    private func start(_ item: Item, _ job: Job, threadLimit: Int) {
         switch (job, workers) {
         case (.sync(let work), let workers?):
-            workers.submit { [self] in
-                work()
-                finish(item)
-            }
+            workers.submit(threadLimit: threadLimit) { [self] in runOnWorker(item, work) }
         case (.sync(let work), nil):
             let task = Task.detached(priority: item.priority.taskPriority) { [self] in
                 work()
@@ -227,6 +230,31 @@ public final class WorkQueue: @unchecked Sendable { // all mutable state is guar
                 finish(item)
             }
             attach(task, to: item)
+        }
+    }
+
+    /// Runs `work` on the current worker thread, then, while the next pending item is
+    /// synchronous, runs it here too: a finishing worker takes the next item itself instead of
+    /// handing it to another thread and going to sleep (a wake-up per item).
+    private func runOnWorker(_ item: Item, _ work: @escaping @Sendable () -> Void) {
+        var item = item
+        var work = work
+        while true {
+            work()
+            let next: (Item, Job)? = lock.withLock {
+                item.state = .finished
+                item.task = nil
+                running -= 1
+                return admitNext()
+            }
+            guard let (nextItem, job) = next else { return }
+            guard case .sync(let nextWork) = job else {
+                start(nextItem, job, threadLimit: 1)
+                drain()
+                return
+            }
+            item = nextItem
+            work = nextWork
         }
     }
 

@@ -30,7 +30,7 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
     init(graph: WorkGraph, request: ImageRequest, key: FetchKey, diskKey: String?) {
         self.request = request
         self.key = key
-        self.diskKey = graph.caches.dataCache == nil || !Self.isCacheable(request) ? nil : diskKey
+        self.diskKey = !graph.caches.hasDataCache || !Self.isCacheable(request) ? nil : diskKey
         super.init(graph: graph, stage: .fetch)
     }
 

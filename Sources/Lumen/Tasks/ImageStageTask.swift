@@ -21,7 +21,7 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
         self.request = request
         self.cacheKeys = cacheKeys
         let caches = graph.caches
-        self.readsProcessedFromDisk = isFinal && caches.dataCache != nil && caches.storesEncodedImages
+        self.readsProcessedFromDisk = isFinal && caches.hasDataCache && caches.storesEncodedImages
             && cacheKeys?.diskProcessed != nil && CacheLayers.readsDisk(request.options)
         super.init(graph: graph, stage: stage)
     }
@@ -92,13 +92,13 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
         let caches = graph.caches
         // Stored before the stage finishes, so that a request made as soon as this one's
         // response arrives finds the image in memory.
-        let wantsKeys = caches.imageCache != nil || (caches.dataCache != nil && caches.storesEncodedImages)
+        let wantsKeys = caches.hasImageCache || (caches.hasDataCache && caches.storesEncodedImages)
         let (memoryKeys, diskKeys) = wantsKeys ? graph.sync { (requestedMemoryKeys, requestedDiskKeys) } : ([], [])
         let options = request.options
         if !options.contains(.disableMemoryCacheWrites) {
             for key in memoryKeys { caches.storeImage(result.container, for: key) }
         }
-        if !isEncodedOnDisk, !diskKeys.isEmpty, caches.dataCache != nil, caches.storesEncodedImages,
+        if !isEncodedOnDisk, !diskKeys.isEmpty, caches.hasDataCache, caches.storesEncodedImages,
            CacheLayers.writesDisk(options), !result.container.isPreview {
             encode(result.container.image, for: diskKeys)
         }

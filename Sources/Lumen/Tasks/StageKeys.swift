@@ -20,36 +20,47 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
 
     static let standardCredentialHeaders: Set<String> = ["authorization", "cookie", "proxy-authorization"]
 
-    var identity: String
-    var isClosure: Bool
-    var method: String
-    var body: Data?
-    var cachePolicy: UInt
+    let identity: String
+    let isClosure: Bool
+    let method: String
+    let body: Data?
+    let cachePolicy: UInt
     /// Credential header values by lower-cased name; only headers that are present.
-    var credentials: [String: String]
+    let credentials: [String: String]
     /// The request's ``fetchOptions``.
     var cacheOptions: UInt16 = 0
+    /// The hash of every other field, computed once when the request is made: pool lookups
+    /// then hash one `Int` instead of the URL string and the credentials.
+    private let fieldsHash: Int
 
     init(_ request: ImageRequest) {
         self = request.fetchKey
         cacheOptions = request.options.intersection(Self.fetchOptions).rawValue
     }
 
+    static func == (lhs: FetchKey, rhs: FetchKey) -> Bool {
+        lhs.fieldsHash == rhs.fieldsHash && lhs.cacheOptions == rhs.cacheOptions && lhs.isClosure == rhs.isClosure
+            && lhs.cachePolicy == rhs.cachePolicy && lhs.identity == rhs.identity && lhs.method == rhs.method
+            && lhs.body == rhs.body && lhs.credentials == rhs.credentials
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(fieldsHash)
+        hasher.combine(cacheOptions)
+    }
+
+    /// The key of `URLRequest(url: url)`: `GET`, no body, the default cache policy, no
+    /// credentials.
+    init(plainURL url: URL) {
+        self.init(identity: url.absoluteString, isClosure: false, method: "GET", body: nil,
+                  cachePolicy: URLRequest.CachePolicy.useProtocolCachePolicy.rawValue, credentials: [:])
+    }
+
     init(resource: ImageRequest.Resource, credentialHeaders: Set<String>) {
         switch resource {
         case .closure(let id, _):
-            identity = id
-            isClosure = true
-            method = ""
-            body = nil
-            cachePolicy = 0
-            credentials = [:]
+            self.init(identity: id, isClosure: true, method: "", body: nil, cachePolicy: 0, credentials: [:])
         case .urlRequest(let urlRequest):
-            identity = urlRequest.url?.absoluteString ?? ""
-            isClosure = false
-            method = urlRequest.httpMethod ?? "GET"
-            body = urlRequest.httpBody
-            cachePolicy = urlRequest.cachePolicy.rawValue
             var credentials: [String: String] = [:]
             if let headers = urlRequest.allHTTPHeaderFields, !headers.isEmpty {
                 let marked = credentialHeaders.isEmpty
@@ -60,8 +71,26 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
                     if marked.contains(lowered) { credentials[lowered] = value }
                 }
             }
-            self.credentials = credentials
+            self.init(identity: urlRequest.url?.absoluteString ?? "", isClosure: false, method: urlRequest.httpMethod ?? "GET",
+                      body: urlRequest.httpBody, cachePolicy: urlRequest.cachePolicy.rawValue, credentials: credentials)
         }
+    }
+
+    private init(identity: String, isClosure: Bool, method: String, body: Data?, cachePolicy: UInt, credentials: [String: String]) {
+        self.identity = identity
+        self.isClosure = isClosure
+        self.method = method
+        self.body = body
+        self.cachePolicy = cachePolicy
+        self.credentials = credentials
+        var hasher = Hasher()
+        hasher.combine(identity)
+        hasher.combine(isClosure)
+        hasher.combine(method)
+        hasher.combine(body)
+        hasher.combine(cachePolicy)
+        hasher.combine(credentials)
+        fieldsHash = hasher.finalize()
     }
 
     var description: String {
@@ -125,22 +154,51 @@ struct ProcessKey: Hashable, @unchecked Sendable, CustomStringConvertible { // A
 }
 
 /// Every stage key of one request, computed before the graph's lock is taken.
-struct RequestKeys: Sendable {
+///
+/// A class: the keys travel from the request into the lock and into the tasks it creates, and
+/// a reference costs one retain where a copy of every key would cost dozens.
+final class RequestKeys: Sendable {
     /// The decode stage's key (which holds the fetch key).
-    var decode: DecodeKey
+    let decode: DecodeKey
     /// `process[i]` is the key of the stage applying the first `i + 1` processors.
-    var process: [ProcessKey]
+    let process: [ProcessKey]
     /// The request's cache keys; `nil` when the pipeline has no cache.
-    var cache: RequestCacheKeys?
+    let cache: RequestCacheKeys?
     /// An intermediate result found in the memory cache before the request subscribed: the
     /// image with the first `count` processors applied (never the final image, which answers
     /// the request at once).
-    var cachedPrefix: (count: Int, container: ImageContainer)?
+    let cachedPrefix: (count: Int, container: ImageContainer)?
 
-    init(_ request: ImageRequest, memoryCache: Bool = false, diskCache: Bool = false) {
-        decode = DecodeKey(request)
+    /// - Parameters:
+    ///   - finalMemoryKey: the request's final memory key when the caller has it.
+    ///   - cachedImage: looks up an intermediate result in the memory cache (`nil`: don't).
+    init(
+        _ request: ImageRequest, memoryCache: Bool = false, diskCache: Bool = false, finalMemoryKey: ImageCacheKey? = nil,
+        cachedImage: ((ImageCacheKey) -> ImageContainer?)? = nil
+    ) {
+        let decode = DecodeKey(request)
+        self.decode = decode
         let count = request.processors.count
-        process = count == 0 ? [] : (1...count).map { [decode] in ProcessKey(decode: decode, request: request, processorCount: $0) }
-        cache = memoryCache || diskCache ? RequestCacheKeys(request, memory: memoryCache, disk: diskCache) : nil
+        process = count == 0 ? [] : (1...count).map { ProcessKey(decode: decode, request: request, processorCount: $0) }
+        let cache = memoryCache || diskCache
+            ? RequestCacheKeys(request, memory: memoryCache, disk: diskCache, finalMemoryKey: finalMemoryKey)
+            : nil
+        self.cache = cache
+        var prefix: (count: Int, container: ImageContainer)?
+        if count > 0, let cachedImage, let memory = cache?.memory, !memory.isEmpty {
+            for prefixCount in stride(from: count - 1, through: 0, by: -1) {
+                if let container = cachedImage(memory[prefixCount]) {
+                    prefix = (prefixCount, container)
+                    break
+                }
+            }
+        }
+        cachedPrefix = prefix
+    }
+
+    /// The memory key of the request's final image; `nil` without a memory cache.
+    var finalMemoryKey: ImageCacheKey? {
+        guard let memory = cache?.memory, !memory.isEmpty else { return nil }
+        return memory[memory.count - 1]
     }
 }
