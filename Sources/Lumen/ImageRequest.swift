@@ -88,6 +88,8 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
     /// `imageID ?? ""` without building the URL string again: the fetch key's identity is the
     /// URL's absolute string (`""` without a URL) or the closure's id.
     var cacheImageID: String { storage.explicitImageID ?? storage.fetchKey.identity }
+    /// `cacheImageID.hashValue`, without hashing the URL again.
+    var cacheImageIDHash: Int { storage.explicitImageID?.hashValue ?? storage.fetchKey.identityHash }
 
     /// Processors applied in order to the decoded image. Every prefix is its own shared stage:
     /// `[a]` and `[a, b]` apply `a` once. Default empty.

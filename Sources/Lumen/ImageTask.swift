@@ -45,23 +45,26 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     public let request: ImageRequest
 
     private let graph: WorkGraph
-    private var _priority: ImageRequest.Priority
-    private var _progress = Progress(completed: 0, total: 0)
-    private var result: Result<ImageResponse, ImagePipeline.Error>?
-    private var subscription: (any TaskSubscription)?
-    /// Resumed once ``result`` is set. The result is read after the resumption rather than
+    @exclusivity(unchecked) private var _priority: ImageRequest.Priority
+    @exclusivity(unchecked) private var _progress = Progress(completed: 0, total: 0)
+    /// How the task ended. The image is kept as the graph delivered it and made into an
+    /// ``ImageResponse`` by whoever reads it: a shared stage finishing for thousands of
+    /// subscribers builds no responses while it holds the graph's lock.
+    @exclusivity(unchecked) private var outcome: Result<ImageResult, ImagePipeline.Error>?
+    @exclusivity(unchecked) private var subscription: (any TaskSubscription)?
+    /// Resumed once ``outcome`` is set. The result is read after the resumption rather than
     /// carried by it, which keeps the suspended task's frames small.
     private typealias Waiter = UnsafeContinuation<Void, Never>
     /// The first caller awaiting ``response`` (almost always the only one: no array to
     /// allocate), then any others.
-    private var waiter: Waiter?
-    private var moreWaiters: [Waiter] = []
-    private var streams: [Int: AsyncStream<Event>.Continuation] = [:]
-    private var nextStreamID = 0
-    var rootIndex = -1
+    @exclusivity(unchecked) private var waiter: Waiter?
+    @exclusivity(unchecked) private var moreWaiters: [Waiter] = []
+    @exclusivity(unchecked) private var streams: [Int: AsyncStream<Event>.Continuation] = [:]
+    @exclusivity(unchecked) private var nextStreamID = 0
+    @exclusivity(unchecked) var rootIndex = -1
     /// The final memory key `image(for:)` computed for its hit check, until ``run()``
     /// subscribes (used only by the Swift task that created this one, before it subscribes).
-    private var pendingFinalMemoryKey: ImageCacheKey?
+    @exclusivity(unchecked) private var pendingFinalMemoryKey: ImageCacheKey?
 
     init(request: ImageRequest, graph: WorkGraph, finalMemoryKey: ImageCacheKey? = nil) {
         self.request = request
@@ -76,13 +79,13 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         self.request = request
         self.graph = graph
         self._priority = request.priority
-        self.result = .success(response)
+        self.outcome = .success(ImageResult(container: response.container, urlResponse: response.urlResponse, cacheType: response.cacheType))
     }
 
     /// Subscribes to the graph with the request's precomputed `keys`. Must hold the graph's
     /// lock.
     func startLocked(keys: RequestKeys) {
-        guard result == nil else { return } // cancelled before it started
+        guard outcome == nil else { return } // cancelled before it started
         guard !graph.isInvalidated else {
             complete(.failure(.pipelineInvalidated))
             return
@@ -91,14 +94,17 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         let count = request.processors.count
         let top = graph.imageTask(for: request, keys: keys, processorCount: count, isFinal: true)
         top.markRequested(memoryKey: keys.finalMemoryKey, diskKey: keys.cache?.diskProcessed)
-        subscription = top.subscribe(priority: _priority) { [self] event in
+        // Unowned: the graph keeps the task alive while it is registered (which outlasts the
+        // subscription), and the Swift task awaiting it, not the stage finishing it, then
+        // releases it last.
+        subscription = top.subscribe(priority: _priority) { [unowned self] event in
             switch event {
             case .progress(let progress):
                 _progress = progress
                 for stream in streams.values { stream.yield(.progress(progress)) }
             case .value(let image):
                 subscription = nil
-                complete(.success(ImageResponse(container: image.container, request: request, urlResponse: image.urlResponse, cacheType: image.cacheType)))
+                complete(.success(image))
             case .failure(let error):
                 subscription = nil
                 complete(.failure(error))
@@ -125,7 +131,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     /// Whether the task is running, was cancelled, or completed (successfully or not).
     public var state: State {
         graph.sync {
-            switch result {
+            switch outcome {
             case nil: .running
             case .failure(let error) where error.code == .cancelled: .cancelled
             default: .completed
@@ -212,11 +218,19 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     private func wait(_ continuation: Waiter, startingWith keys: RequestKeys?) {
         let isFinished: Bool = graph.sync {
             if let keys { startLocked(keys: keys) }
-            if result != nil { return true }
+            if outcome != nil { return true }
             if waiter == nil { waiter = continuation } else { moreWaiters.append(continuation) }
             return false
         }
         if isFinished { continuation.resume() }
+    }
+
+    /// The response or the error, once the task ended. Must hold the graph's lock, or be
+    /// resumed after the task ended.
+    private var result: Result<ImageResponse, ImagePipeline.Error>? {
+        guard let outcome else { return nil }
+        let request = request
+        return outcome.map { ImageResponse(container: $0.container, request: request, urlResponse: $0.urlResponse, cacheType: $0.cacheType) }
     }
 
     /// The result after a waiter was resumed. Read without the lock: it is set, under the
@@ -235,9 +249,9 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
 
     // MARK: - Internals (graph lock held)
 
-    private func complete(_ result: Result<ImageResponse, ImagePipeline.Error>) {
-        guard self.result == nil else { return }
-        self.result = result
+    private func complete(_ outcome: Result<ImageResult, ImagePipeline.Error>) {
+        guard self.outcome == nil else { return }
+        self.outcome = outcome
         graph.unregister(self)
         // Resuming only enqueues the awaiting task, so it is safe under the lock and saves a
         // deferred closure per subscriber when thousands finish at once.
@@ -251,9 +265,10 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         // Finishing a stream runs its `onTermination`, which takes the lock: after unlocking.
         let streams = Array(self.streams.values)
         self.streams = [:]
+        guard let finished = result else { return }
         graph.afterUnlock {
             for stream in streams {
-                stream.yield(.finished(result))
+                stream.yield(.finished(finished))
                 stream.finish()
             }
         }
@@ -262,7 +277,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
 
 extension ImageTask: RootTask {
     func cancelLocked() {
-        guard result == nil else { return }
+        guard outcome == nil else { return }
         let subscription = self.subscription
         self.subscription = nil
         complete(.failure(.cancelled))
@@ -284,10 +299,10 @@ extension ImageTask: CustomStringConvertible {
 final class DataRequestTask: RootTask, @unchecked Sendable { // mutable state guarded by the graph's lock
     private let graph: WorkGraph
     private let request: ImageRequest
-    private var subscription: (any TaskSubscription)?
-    private var result: Result<FetchedData, ImagePipeline.Error>?
-    private var waiter: CheckedContinuation<Result<FetchedData, ImagePipeline.Error>, Never>?
-    var rootIndex = -1
+    @exclusivity(unchecked) private var subscription: (any TaskSubscription)?
+    @exclusivity(unchecked) private var result: Result<FetchedData, ImagePipeline.Error>?
+    @exclusivity(unchecked) private var waiter: CheckedContinuation<Result<FetchedData, ImagePipeline.Error>, Never>?
+    @exclusivity(unchecked) var rootIndex = -1
 
     init(request: ImageRequest, graph: WorkGraph) {
         self.request = request

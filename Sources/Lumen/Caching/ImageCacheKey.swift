@@ -29,12 +29,26 @@ public struct ImageCacheKey: Hashable, Sendable {
         decodeSize: DecodeSize? = nil,
         processors: [any Hashable & Sendable] = []
     ) {
+        self.init(imageID: imageID, imageIDHash: imageID.hashValue, credentialFingerprint: credentialFingerprint,
+                  decodeSize: decodeSize, processors: processors)
+    }
+
+    /// A key whose `imageID` was hashed already (`imageIDHash == imageID.hashValue`): the
+    /// pipeline hashes a request's URL once for its fetch key and its memory key.
+    init(
+        imageID: String,
+        imageIDHash: Int,
+        credentialFingerprint: String?,
+        decodeSize: DecodeSize?,
+        processors: [any Hashable & Sendable]
+    ) {
+        assert(imageIDHash == imageID.hashValue, "ImageCacheKey: imageIDHash is not imageID's hash")
         self.imageID = imageID
         self.credentialFingerprint = credentialFingerprint
         self.decodeSize = decodeSize
-        self.processorIdentities = processors.map { ProcessorIdentity($0) }
+        self.processorIdentities = processors.isEmpty ? [] : processors.map { ProcessorIdentity($0) }
         var hasher = Hasher()
-        hasher.combine(imageID)
+        hasher.combine(imageIDHash)
         hasher.combine(credentialFingerprint)
         hasher.combine(decodeSize)
         hasher.combine(processorIdentities)

@@ -32,12 +32,13 @@ struct RequestCacheKeys: Sendable {
         let fingerprint = Self.fingerprint(request)
         if memory {
             let count = request.processors.count
+            let imageIDHash = request.cacheImageIDHash
             var keys: [ImageCacheKey] = []
             keys.reserveCapacity(count + 1)
             for prefix in 0..<count {
-                keys.append(Self.memoryKey(request, imageID: imageID, fingerprint: fingerprint, processorCount: prefix))
+                keys.append(Self.memoryKey(request, imageID: imageID, imageIDHash: imageIDHash, fingerprint: fingerprint, processorCount: prefix))
             }
-            keys.append(finalMemoryKey ?? Self.memoryKey(request, imageID: imageID, fingerprint: fingerprint, processorCount: count))
+            keys.append(finalMemoryKey ?? Self.memoryKey(request, imageID: imageID, imageIDHash: imageIDHash, fingerprint: fingerprint, processorCount: count))
             self.memory = keys
         } else {
             self.memory = []
@@ -54,7 +55,8 @@ struct RequestCacheKeys: Sendable {
 
     /// The memory key of `request`'s final image, alone (the synchronous hit path).
     static func finalMemoryKey(_ request: ImageRequest) -> ImageCacheKey {
-        memoryKey(request, imageID: request.cacheImageID, fingerprint: fingerprint(request), processorCount: request.processors.count)
+        memoryKey(request, imageID: request.cacheImageID, imageIDHash: request.cacheImageIDHash, fingerprint: fingerprint(request),
+                  processorCount: request.processors.count)
     }
 
     /// The disk key of `request`'s original data, alone.
@@ -62,11 +64,12 @@ struct RequestCacheKeys: Sendable {
         DataCache.key(imageID: request.cacheImageID, credentialFingerprint: fingerprint(request))
     }
 
-    private static func memoryKey(_ request: ImageRequest, imageID: String, fingerprint: String?, processorCount: Int) -> ImageCacheKey {
+    private static func memoryKey(_ request: ImageRequest, imageID: String, imageIDHash: Int, fingerprint: String?, processorCount: Int) -> ImageCacheKey {
         let processors: [any Hashable & Sendable] = processorCount == 0
             ? []
             : [ProcessorChainIdentity(identities: request.processors.prefix(processorCount).map(\.hashableIdentifier))]
-        return ImageCacheKey(imageID: imageID, credentialFingerprint: fingerprint, decodeSize: request.thumbnail, processors: processors)
+        return ImageCacheKey(imageID: imageID, imageIDHash: imageIDHash, credentialFingerprint: fingerprint, decodeSize: request.thumbnail,
+                             processors: processors)
     }
 
     /// The request's credential fingerprint: from the credential headers the fetch key already

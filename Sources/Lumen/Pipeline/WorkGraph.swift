@@ -19,6 +19,12 @@ import FoundationNetworking
 /// ``afterUnlock(_:)`` and run by ``sync(_:)`` once the lock is released. Resuming a
 /// continuation only enqueues the awaiting task, so that happens under the lock. Decoding, processing and loading run on the queues' workers and take the lock
 /// only to report. Lock order: graph lock, then a ``WorkQueue``'s lock; never the reverse.
+///
+/// The state the lock guards — here, in ``SharedTask`` and its subclasses, in ``ImageTask``
+/// and in ``WorkQueue/Item`` (under its queue's lock) — is marked `@exclusivity(unchecked)`:
+/// the lock already makes every access exclusive, and the run-time check the compiler would
+/// otherwise add to each access of a class property costs more than the bookkeeping itself on
+/// the paths that run once per request or per subscriber.
 final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     let configuration: ImagePipeline.Configuration
     let metricsStore = MetricsStore()
@@ -28,14 +34,16 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     let invalidatedFlag = Atomic<Bool>(false)
 
     private let lock = NSLock()
-    private var deferred: [() -> Void] = []
-    private var fetchPool: [FetchKey: FetchTask] = [:]
-    private var decodePool: [DecodeKey: DecodeTask] = [:]
-    private var processPool: [ProcessKey: ProcessTask] = [:]
+    @exclusivity(unchecked) private var deferred: [() -> Void] = []
+    @exclusivity(unchecked) private var fetchPool: [FetchKey: FetchTask] = [:]
+    @exclusivity(unchecked) private var decodePool: [DecodeKey: DecodeTask] = [:]
+    @exclusivity(unchecked) private var processPool: [ProcessKey: ProcessTask] = [:]
     /// Live requests; each knows its index (``RootTask/rootIndex``), so registering and
     /// unregistering are O(1) without hashing.
-    private var roots: [any RootTask] = []
-    private(set) var isInvalidated = false
+    @exclusivity(unchecked) private var roots: [any RootTask] = []
+    @exclusivity(unchecked) private(set) var isInvalidated = false
+    /// Counter changes of the current critical section (see ``publishCounts()``).
+    @exclusivity(unchecked) private var pendingCounts = PendingCounts()
 
     init(configuration: ImagePipeline.Configuration) {
         self.configuration = configuration
@@ -49,17 +57,33 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         do {
             result = try body()
         } catch {
+            publishCounts()
             let effects = deferred
             deferred = []
             lock.unlock()
             effects.forEach { $0() }
             throw error
         }
+        publishCounts()
+        guard !deferred.isEmpty else {
+            lock.unlock()
+            return result
+        }
         let effects = deferred
         deferred = []
         lock.unlock()
         effects.forEach { $0() }
         return result
+    }
+
+    /// Publishes the counters changed in this critical section, in one update of the metrics
+    /// store, before the lock is released (so that the metrics never disagree with the graph).
+    /// Must hold the lock.
+    private func publishCounts() {
+        guard pendingCounts.isChanged else { return }
+        let counts = pendingCounts
+        pendingCounts = PendingCounts()
+        metricsStore.withLock { counts.apply(to: &$0) }
     }
 
     /// Queues `effect` to run after the lock is released. Must hold the lock.
@@ -81,8 +105,11 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         afterUnlock { logger(message()) }
     }
 
+    /// Changes `stage`'s counters; published when the critical section ends. Must hold the
+    /// lock.
     func count(_ stage: ImagePipeline.Stage, _ update: (inout ImagePipeline.Metrics.StageMetrics) -> Void) {
-        metricsStore.withLock { update(&$0[stage]) }
+        update(&pendingCounts.stages[stage])
+        pendingCounts.isChanged = true
     }
 
     // MARK: - Roots
@@ -91,7 +118,8 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     func register(_ root: any RootTask) {
         root.rootIndex = roots.count
         roots.append(root)
-        metricsStore.withLock { $0.liveRequests += 1 }
+        pendingCounts.liveRequests += 1
+        pendingCounts.isChanged = true
     }
 
     /// Unregisters a request that has ended (nothing happens if it was never registered).
@@ -105,7 +133,8 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
             roots[index] = last
             last.rootIndex = index
         }
-        metricsStore.withLock { $0.liveRequests -= 1 }
+        pendingCounts.liveRequests -= 1
+        pendingCounts.isChanged = true
     }
 
     /// Cancels every request and refuses new ones.
@@ -198,4 +227,25 @@ struct FetchedData: Sendable {
     var cacheType: CacheType? = nil
     /// The server answered `304 Not Modified` to a conditional request (no bytes).
     var isNotModified = false
+}
+
+/// Counter changes made under the graph's lock: a critical section that subscribes, or that
+/// delivers a result to thousands of subscribers, updates the metrics store once.
+struct PendingCounts {
+    var isChanged = false
+    var liveRequests = 0
+    /// Deltas of each stage's counters.
+    var stages = ImagePipeline.Metrics()
+
+    func apply(to metrics: inout ImagePipeline.Metrics) {
+        metrics.liveRequests += liveRequests
+        for stage in ImagePipeline.Stage.allCases {
+            let delta = stages[stage]
+            metrics[stage].started += delta.started
+            metrics[stage].joined += delta.joined
+            metrics[stage].completed += delta.completed
+            metrics[stage].failed += delta.failed
+            metrics[stage].cancelled += delta.cancelled
+        }
+    }
 }

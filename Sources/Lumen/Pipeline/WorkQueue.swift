@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A bounded, priority-ordered queue for one stage of the pipeline.
 ///
@@ -11,7 +12,7 @@ import Foundation
 ///
 /// Share a queue between pipelines to share its limit. Set ``isSuspended`` to hold items
 /// pending (tests use this to observe priorities).
-public final class WorkQueue: @unchecked Sendable { // all mutable state is guarded by `lock`
+public final class WorkQueue: @unchecked Sendable { // items' mutable state is guarded by `state`'s lock
     /// Where admitted items run.
     public enum Execution: Sendable {
         /// In detached Swift tasks (for async work such as downloads).
@@ -29,12 +30,12 @@ public final class WorkQueue: @unchecked Sendable { // all mutable state is guar
     /// One unit of work in the queue. State is guarded by the owning queue's lock.
     final class Item: @unchecked Sendable { // state guarded by the owning queue's lock
         enum State { case pending, running, finished, cancelled }
-        fileprivate(set) var priority: ImageRequest.Priority
-        fileprivate var job: Job?
-        fileprivate var state = State.pending
-        fileprivate var sequence = 0
-        fileprivate var task: Task<Void, Never>?
-        fileprivate var isCancellationRequested = false
+        @exclusivity(unchecked) fileprivate(set) var priority: ImageRequest.Priority
+        @exclusivity(unchecked) fileprivate var job: Job?
+        @exclusivity(unchecked) fileprivate var state = State.pending
+        @exclusivity(unchecked) fileprivate var sequence = 0
+        @exclusivity(unchecked) fileprivate var task: Task<Void, Never>?
+        @exclusivity(unchecked) fileprivate var isCancellationRequested = false
 
         fileprivate init(priority: ImageRequest.Priority, job: Job) {
             self.priority = priority
@@ -47,14 +48,75 @@ public final class WorkQueue: @unchecked Sendable { // all mutable state is guar
     /// Where items run.
     public let execution: Execution
 
-    private let lock = NSLock()
-    private var _maxConcurrentCount: Int
-    private var _isSuspended = false
-    private var levels: [[(item: Item, sequence: Int)]]
-    private var heads: [Int]
-    private var pending = 0
-    private var running = 0
-    private var sequence = 0
+    /// The queue's bookkeeping, one value under one lock: its methods work on an `inout`
+    /// value, so they pay for no run-time exclusivity checks (as class properties would).
+    private struct State {
+        var maxConcurrentCount: Int
+        var isSuspended = false
+        /// Pending items per priority level, FIFO from `heads[level]`; an entry is stale when
+        /// its item is no longer pending or was re-queued (its sequence changed).
+        var levels: [[(item: Item, sequence: Int)]]
+        var heads: [Int]
+        var pending = 0
+        var running = 0
+        var sequence = 0
+
+        init(maxConcurrentCount: Int) {
+            self.maxConcurrentCount = maxConcurrentCount
+            levels = Array(repeating: [], count: ImageRequest.Priority.allCases.count)
+            heads = Array(repeating: 0, count: ImageRequest.Priority.allCases.count)
+        }
+
+        mutating func insert(_ item: Item) {
+            sequence += 1
+            item.sequence = sequence
+            levels[item.priority.rawValue].append((item, sequence))
+            pending += 1
+        }
+
+        /// The next valid pending item, highest level first.
+        mutating func popNext() -> Item? {
+            var level = levels.count - 1
+            while level >= 0 {
+                while heads[level] < levels[level].count {
+                    let entry = levels[level][heads[level]]
+                    heads[level] += 1
+                    if entry.item.state == .pending && entry.item.sequence == entry.sequence {
+                        compact(level)
+                        return entry.item
+                    }
+                }
+                compact(level)
+                level -= 1
+            }
+            return nil
+        }
+
+        /// Drops consumed entries once they are most of the array.
+        mutating func compact(_ level: Int) {
+            let head = heads[level]
+            guard head > 0 else { return }
+            if head == levels[level].count {
+                levels[level].removeAll(keepingCapacity: true)
+                heads[level] = 0
+            } else if head > 64 && head * 2 > levels[level].count {
+                levels[level].removeFirst(head)
+                heads[level] = 0
+            }
+        }
+
+        /// Marks the next pending item running, if there is room.
+        mutating func admitNext() -> (Item, Job)? {
+            guard !isSuspended, running < maxConcurrentCount, let item = popNext(), let job = item.job else { return nil }
+            item.state = .running
+            item.job = nil
+            pending -= 1
+            running += 1
+            return (item, job)
+        }
+    }
+
+    private let state: Mutex<State>
     private let workers: WorkerThreads?
 
     /// Creates a queue running at most `maxConcurrentCount` items at once.
@@ -62,42 +124,40 @@ public final class WorkQueue: @unchecked Sendable { // all mutable state is guar
         precondition(maxConcurrentCount >= 1, "WorkQueue: maxConcurrentCount must be at least 1")
         self.name = name
         self.execution = execution
-        self._maxConcurrentCount = maxConcurrentCount
-        self.levels = Array(repeating: [], count: ImageRequest.Priority.allCases.count)
-        self.heads = Array(repeating: 0, count: ImageRequest.Priority.allCases.count)
+        self.state = Mutex(State(maxConcurrentCount: maxConcurrentCount))
         self.workers = execution == .threads ? WorkerThreads(name: name) : nil
     }
 
     /// The most items running at once. Raising it starts pending items at once.
     public var maxConcurrentCount: Int {
-        get { lock.withLock { _maxConcurrentCount } }
+        get { state.withLock { $0.maxConcurrentCount } }
         set {
             precondition(newValue >= 1, "WorkQueue: maxConcurrentCount must be at least 1")
-            lock.withLock { _maxConcurrentCount = newValue }
+            state.withLock { $0.maxConcurrentCount = newValue }
             drain()
         }
     }
 
     /// While `true`, no pending item starts (running items go on).
     public var isSuspended: Bool {
-        get { lock.withLock { _isSuspended } }
+        get { state.withLock { $0.isSuspended } }
         set {
-            lock.withLock { _isSuspended = newValue }
+            state.withLock { $0.isSuspended = newValue }
             if !newValue { drain() }
         }
     }
 
     /// Items waiting to start.
-    public var pendingCount: Int { lock.withLock { pending } }
+    public var pendingCount: Int { state.withLock { $0.pending } }
     /// Items running now.
-    public var runningCount: Int { lock.withLock { running } }
+    public var runningCount: Int { state.withLock { $0.running } }
 
     /// The priorities of the pending items in the order they would start.
     public var pendingPriorities: [ImageRequest.Priority] {
-        lock.withLock {
+        state.withLock { state in
             var result: [ImageRequest.Priority] = []
-            for level in levels.indices.reversed() {
-                for entry in levels[level][heads[level]...] where entry.item.state == .pending && entry.item.sequence == entry.sequence {
+            for level in state.levels.indices.reversed() {
+                for entry in state.levels[level][state.heads[level]...] where entry.item.state == .pending && entry.item.sequence == entry.sequence {
                     result.append(entry.item.priority)
                 }
             }
@@ -119,7 +179,7 @@ public final class WorkQueue: @unchecked Sendable { // all mutable state is guar
     }
 
     private func enqueue(_ item: Item) -> Item {
-        lock.withLock { insert(item) }
+        state.withLock { $0.insert(item) }
         drain()
         return item
     }
@@ -127,24 +187,24 @@ public final class WorkQueue: @unchecked Sendable { // all mutable state is guar
     /// Moves a pending item to the back of its new priority level; a running item only records
     /// the new priority.
     func setPriority(_ item: Item, _ priority: ImageRequest.Priority) {
-        lock.withLock {
+        state.withLock { state in
             guard item.priority != priority else { return }
             item.priority = priority
             if item.state == .pending {
-                pending -= 1
-                insert(item)
+                state.pending -= 1
+                state.insert(item)
             }
         }
     }
 
     /// Removes a pending item (it never runs); cancels the task of a running async item.
     func cancel(_ item: Item) {
-        let task: Task<Void, Never>? = lock.withLock {
+        let task: Task<Void, Never>? = state.withLock { state in
             switch item.state {
             case .pending:
                 item.state = .cancelled
                 item.job = nil
-                pending -= 1
+                state.pending -= 1
                 return nil
             case .running:
                 item.isCancellationRequested = true
@@ -156,62 +216,16 @@ public final class WorkQueue: @unchecked Sendable { // all mutable state is guar
         task?.cancel()
     }
 
-    /// Must hold `lock`.
-    private func insert(_ item: Item) {
-        sequence += 1
-        item.sequence = sequence
-        levels[item.priority.rawValue].append((item, sequence))
-        pending += 1
-    }
-
-    /// Must hold `lock`. The next valid pending item, highest level first.
-    private func popNext() -> Item? {
-        for level in levels.indices.reversed() {
-            while heads[level] < levels[level].count {
-                let entry = levels[level][heads[level]]
-                heads[level] += 1
-                if entry.item.state == .pending && entry.item.sequence == entry.sequence {
-                    compact(level)
-                    return entry.item
-                }
-            }
-            compact(level)
-        }
-        return nil
-    }
-
-    /// Must hold `lock`. Drops consumed entries once they are most of the array.
-    private func compact(_ level: Int) {
-        let head = heads[level]
-        if head == levels[level].count {
-            levels[level].removeAll(keepingCapacity: true)
-            heads[level] = 0
-        } else if head > 64 && head * 2 > levels[level].count {
-            levels[level].removeFirst(head)
-            heads[level] = 0
-        }
-    }
-
     /// Starts pending items while there is room.
     private func drain() {
         while true {
-            let next: (Item, Job, Int)? = lock.withLock {
-                guard let (item, job) = admitNext() else { return nil }
-                return (item, job, _maxConcurrentCount)
+            let next: (Item, Job, Int)? = state.withLock { state in
+                guard let (item, job) = state.admitNext() else { return nil }
+                return (item, job, state.maxConcurrentCount)
             }
             guard let (item, job, limit) = next else { return }
             start(item, job, threadLimit: limit)
         }
-    }
-
-    /// Must hold `lock`. Marks the next pending item running, if there is room.
-    private func admitNext() -> (Item, Job)? {
-        guard !_isSuspended, running < _maxConcurrentCount, let item = popNext(), let job = item.job else { return nil }
-        item.state = .running
-        item.job = nil
-        pending -= 1
-        running += 1
-        return (item, job)
     }
 
     private func start(_ item: Item, _ job: Job, threadLimit: Int) {
@@ -241,11 +255,11 @@ public final class WorkQueue: @unchecked Sendable { // all mutable state is guar
         var work = work
         while true {
             work()
-            let next: (Item, Job)? = lock.withLock {
+            let next: (Item, Job)? = state.withLock { state in
                 item.state = .finished
                 item.task = nil
-                running -= 1
-                return admitNext()
+                state.running -= 1
+                return state.admitNext()
             }
             guard let (nextItem, job) = next else { return }
             guard case .sync(let nextWork) = job else {
@@ -259,7 +273,7 @@ public final class WorkQueue: @unchecked Sendable { // all mutable state is guar
     }
 
     private func attach(_ task: Task<Void, Never>, to item: Item) {
-        let cancel: Bool = lock.withLock {
+        let cancel: Bool = state.withLock { _ in
             guard item.state == .running else { return false }
             item.task = task
             return item.isCancellationRequested
@@ -268,10 +282,10 @@ public final class WorkQueue: @unchecked Sendable { // all mutable state is guar
     }
 
     private func finish(_ item: Item) {
-        lock.withLock {
+        state.withLock { state in
             item.state = .finished
             item.task = nil
-            running -= 1
+            state.running -= 1
         }
         drain()
     }

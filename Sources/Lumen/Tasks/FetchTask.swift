@@ -25,7 +25,7 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
     let diskKey: String?
     /// Whether a subscriber needs the original bytes on disk even under
     /// `.storeEncodedImages` (a data request, or a request for the unprocessed original).
-    var wantsOriginalOnDisk = false
+    @exclusivity(unchecked) var wantsOriginalOnDisk = false
 
     init(graph: WorkGraph, request: ImageRequest, key: FetchKey, diskKey: String?) {
         self.request = request

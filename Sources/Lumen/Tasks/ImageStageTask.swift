@@ -14,8 +14,8 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
     /// Whether this stage was created as its creator's final stage and reads the processed
     /// entry from disk first (encoding policies only).
     let readsProcessedFromDisk: Bool
-    private var requestedMemoryKeys: [ImageCacheKey] = []
-    private var requestedDiskKeys: [String] = []
+    @exclusivity(unchecked) private var requestedMemoryKeys: [ImageCacheKey] = []
+    @exclusivity(unchecked) private var requestedDiskKeys: [String] = []
 
     init(graph: WorkGraph, request: ImageRequest, cacheKeys: RequestCacheKeys?, isFinal: Bool, stage: ImagePipeline.Stage) {
         self.request = request

@@ -47,18 +47,18 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
 
     let graph: WorkGraph
     let stage: ImagePipeline.Stage
-    private var subscribers: [Int: Subscriber] = [:]
-    private var nextID = 0
-    private var priorityCounts = [Int](repeating: 0, count: ImageRequest.Priority.allCases.count)
-    private(set) var priority = ImageRequest.Priority.veryLow
-    private var isStarted = false
-    private(set) var isDisposed = false
+    @exclusivity(unchecked) private var subscribers: [Int: Subscriber] = [:]
+    @exclusivity(unchecked) private var nextID = 0
+    @exclusivity(unchecked) private var priorityCounts = [Int](repeating: 0, count: ImageRequest.Priority.allCases.count)
+    @exclusivity(unchecked) private(set) var priority = ImageRequest.Priority.veryLow
+    @exclusivity(unchecked) private var isStarted = false
+    @exclusivity(unchecked) private(set) var isDisposed = false
     /// The queued or running operation of this stage, if any.
-    var operation: (queue: WorkQueue, item: WorkQueue.Item)?
+    @exclusivity(unchecked) var operation: (queue: WorkQueue, item: WorkQueue.Item)?
     /// The subscription to the stage below, while its result is awaited.
-    var dependency: (any TaskSubscription)?
+    @exclusivity(unchecked) var dependency: (any TaskSubscription)?
     /// Removes the task from its pool.
-    var onDisposed: (() -> Void)?
+    @exclusivity(unchecked) var onDisposed: (() -> Void)?
 
     init(graph: WorkGraph, stage: ImagePipeline.Stage) {
         self.graph = graph

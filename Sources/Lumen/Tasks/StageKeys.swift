@@ -21,6 +21,8 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
     static let standardCredentialHeaders: Set<String> = ["authorization", "cookie", "proxy-authorization"]
 
     let identity: String
+    /// `identity.hashValue`, computed once (the memory key reuses it).
+    let identityHash: Int
     let isClosure: Bool
     let method: String
     let body: Data?
@@ -78,13 +80,14 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
 
     private init(identity: String, isClosure: Bool, method: String, body: Data?, cachePolicy: UInt, credentials: [String: String]) {
         self.identity = identity
+        self.identityHash = identity.hashValue
         self.isClosure = isClosure
         self.method = method
         self.body = body
         self.cachePolicy = cachePolicy
         self.credentials = credentials
         var hasher = Hasher()
-        hasher.combine(identity)
+        hasher.combine(identityHash)
         hasher.combine(isClosure)
         hasher.combine(method)
         hasher.combine(body)
