@@ -38,6 +38,9 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
 
     /// Where the bytes come from.
     enum Resource: Sendable {
+        /// A plain URL: its `URLRequest` (default policy, no headers) is made when a load needs
+        /// it, not for every request (joining running work or hitting a cache never does).
+        case url(URL)
         case urlRequest(URLRequest)
         case closure(id: String, load: @Sendable () async throws -> Data)
     }
@@ -148,13 +151,9 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
         url: URL, processors: [any ImageProcessing] = [], priority: Priority = .normal,
         options: Options = [], thumbnail: DecodeSize? = nil, userInfo: [String: any Sendable] = [:]
     ) {
-        // The fetch key straight from the URL: a plain `URLRequest` has no headers, no body,
-        // `GET` and the default cache policy, and reading them back from it costs more than
-        // the rest of making a request.
-        let urlRequest = URLRequest(url: url)
-        let fetchKey = FetchKey(plainURL: url)
-        assert(fetchKey == FetchKey(resource: .urlRequest(urlRequest), credentialHeaders: []), "FetchKey(plainURL:) disagrees")
-        self.init(resource: .urlRequest(urlRequest), fetchKey: fetchKey, processors: processors, priority: priority,
+        assert(FetchKey(plainURL: url) == FetchKey(resource: .urlRequest(URLRequest(url: url)), credentialHeaders: []),
+               "FetchKey(plainURL:) disagrees with the URLRequest it stands for")
+        self.init(resource: .url(url), processors: processors, priority: priority,
                   options: options, thumbnail: thumbnail, userInfo: userInfo)
     }
 
@@ -182,14 +181,20 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
 
     /// The URL, for URL-based requests.
     public var url: URL? {
-        if case .urlRequest(let r) = resource { return r.url }
-        return nil
+        switch resource {
+        case .url(let url): return url
+        case .urlRequest(let r): return r.url
+        case .closure: return nil
+        }
     }
 
     /// The `URLRequest`, for URL-based requests.
     public var urlRequest: URLRequest? {
-        if case .urlRequest(let r) = resource { return r }
-        return nil
+        switch resource {
+        case .url(let url): return URLRequest(url: url)
+        case .urlRequest(let r): return r
+        case .closure: return nil
+        }
     }
 
     /// The image's cache identity: set it for signed URLs whose query changes while the image
@@ -204,6 +209,7 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
         get {
             if let explicitImageID = storage.explicitImageID { return explicitImageID }
             switch resource {
+            case .url(let url): return url.absoluteString
             case .urlRequest(let r): return r.url?.absoluteString
             case .closure(let id, _): return id
             }
@@ -214,6 +220,7 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
     public var description: String {
         let source: String
         switch resource {
+        case .url(let url): source = url.absoluteString
         case .urlRequest(let r): source = r.url?.absoluteString ?? "<no url>"
         case .closure(let id, _): source = "data(id: \(id))"
         }

@@ -47,6 +47,9 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
     private static func isCacheable(_ request: ImageRequest) -> Bool {
         switch request.resource {
         case .closure: return true
+        case .url(let url):
+            let scheme = url.scheme?.lowercased()
+            return scheme != "file" && scheme != "data"
         case .urlRequest(let urlRequest):
             let scheme = urlRequest.url?.scheme?.lowercased()
             let method = urlRequest.httpMethod?.uppercased() ?? "GET"
@@ -81,7 +84,7 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
             return
         }
         var conditionalHeaders: [String: String] = [:]
-        if let stale, case .urlRequest = request.resource { conditionalHeaders = stale.metadata.conditionalHeaders }
+        if let stale, request.url != nil { conditionalHeaders = stale.metadata.conditionalHeaders }
         let policy = graph.configuration.retryPolicy
         var attempt = 0
         while true {
@@ -116,8 +119,8 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
 
     private func loadOnce(conditionalHeaders: [String: String]) async -> Result<FetchedData, ImagePipeline.Error> {
         let limit = graph.configuration.maximumResponseDataSize
-        switch request.resource {
-        case .closure(_, let load):
+        let resource = request.resource
+        if case .closure(_, let load) = resource {
             do {
                 let data = try await load()
                 try Task.checkCancellation()
@@ -128,38 +131,38 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
             } catch {
                 return .failure(Self.wrap(error))
             }
-        case .urlRequest(var urlRequest):
-            for (name, value) in conditionalHeaders { urlRequest.setValue(value, forHTTPHeaderField: name) }
-            // `file:` and `data:` URLs go through the loader too, but not over the network.
-            let scheme = urlRequest.url?.scheme?.lowercased()
-            let isNetwork = scheme != "file" && scheme != "data"
-            graph.metricsStore.withLock {
-                if isNetwork {
-                    $0.networkRequestsStarted += 1
-                    $0.networkRequestsInFlight += 1
-                    $0.peakNetworkRequestsInFlight = max($0.peakNetworkRequestsInFlight, $0.networkRequestsInFlight)
-                } else {
-                    $0.localLoadsStarted += 1
-                }
+        }
+        guard var urlRequest = request.urlRequest else { preconditionFailure("FetchTask: a URL resource without a URLRequest") }
+        for (name, value) in conditionalHeaders { urlRequest.setValue(value, forHTTPHeaderField: name) }
+        // `file:` and `data:` URLs go through the loader too, but not over the network.
+        let scheme = urlRequest.url?.scheme?.lowercased()
+        let isNetwork = scheme != "file" && scheme != "data"
+        graph.metricsStore.withLock {
+            if isNetwork {
+                $0.networkRequestsStarted += 1
+                $0.networkRequestsInFlight += 1
+                $0.peakNetworkRequestsInFlight = max($0.peakNetworkRequestsInFlight, $0.networkRequestsInFlight)
+            } else {
+                $0.localLoadsStarted += 1
             }
-            defer { if isNetwork { graph.metricsStore.withLock { $0.networkRequestsInFlight -= 1 } } }
-            let body = Body(limit: limit)
-            do {
-                let response = try await graph.configuration.dataLoader.loadData(for: urlRequest) { [self] chunk, response in
-                    let progress = try body.append(chunk, response: response)
-                    graph.metricsStore.withLock { $0.bytesDownloaded += chunk.count }
-                    graph.sync { send(progress: progress) }
-                }
-                try Task.checkCancellation()
-                if (response as? HTTPURLResponse)?.statusCode == 304 {
-                    return .success(FetchedData(data: Data(), urlResponse: response, isNotModified: true))
-                }
-                let data = body.data
-                if data.isEmpty { return .failure(.dataIsEmpty) }
-                return .success(FetchedData(data: data, urlResponse: response))
-            } catch {
-                return .failure(Self.wrap(error))
+        }
+        defer { if isNetwork { graph.metricsStore.withLock { $0.networkRequestsInFlight -= 1 } } }
+        let body = Body(limit: limit)
+        do {
+            let response = try await graph.configuration.dataLoader.loadData(for: urlRequest) { [self] chunk, response in
+                let progress = try body.append(chunk, response: response)
+                graph.metricsStore.withLock { $0.bytesDownloaded += chunk.count }
+                graph.sync { send(progress: progress) }
             }
+            try Task.checkCancellation()
+            if (response as? HTTPURLResponse)?.statusCode == 304 {
+                return .success(FetchedData(data: Data(), urlResponse: response, isNotModified: true))
+            }
+            let data = body.data
+            if data.isEmpty { return .failure(.dataIsEmpty) }
+            return .success(FetchedData(data: data, urlResponse: response))
+        } catch {
+            return .failure(Self.wrap(error))
         }
     }
 

@@ -62,6 +62,8 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
         switch resource {
         case .closure(let id, _):
             self.init(identity: id, isClosure: true, method: "", body: nil, cachePolicy: 0, credentials: [:])
+        case .url(let url):
+            self.init(plainURL: url)
         case .urlRequest(let urlRequest):
             var credentials: [String: String] = [:]
             if let headers = urlRequest.allHTTPHeaderFields, !headers.isEmpty {
