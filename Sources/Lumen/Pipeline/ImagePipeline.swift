@@ -146,8 +146,16 @@ public final class ImagePipeline: Sendable {
     /// - Throws: ``Error``.
     public func data(for request: ImageRequest) async throws -> (Data, URLResponse?) {
         if Task.isCancelled { throw Error.cancelled }
-        let fetched = try await DataRequestTask(request: request, graph: graph).run()
-        return (fetched.data, fetched.urlResponse)
+        return try await dataTask(with: request).response
+    }
+
+    /// Starts loading the original bytes of `request` (no decoding) and returns its task,
+    /// whose priority can change while it runs. The task has subscribed to the graph when
+    /// this returns: it shares a running download of the same bytes, as ``data(for:)`` does.
+    public func dataTask(with request: ImageRequest) -> DataTask {
+        let task = DataTask(request: request, graph: graph)
+        task.start()
+        return task
     }
 
     /// Cancels every running request and makes later requests fail with

@@ -33,15 +33,15 @@ public final class ImagePrefetcher: Sendable {
         /// A normal image load: downloaded and decoded, so the decoded image lands in the
         /// memory cache (and the bytes in the disk cache).
         case memoryCache
-        /// The bytes only (``ImagePipeline/data(for:)``): downloaded into the disk cache, never
-        /// decoded. Cheaper when the display size is not known yet.
+        /// The bytes only (``ImagePipeline/dataTask(with:)``): downloaded into the disk cache,
+        /// never decoded. Cheaper when the display size is not known yet.
         case diskCache
     }
 
     /// A running prefetch's handle.
     enum Handle: Sendable {
         case image(ImageTask)
-        case data(Task<Void, Never>)
+        case data(DataTask)
 
         func cancel() {
             switch self {
@@ -53,9 +53,7 @@ public final class ImagePrefetcher: Sendable {
         func setPriority(_ priority: ImageRequest.Priority) {
             switch self {
             case .image(let task): task.priority = priority
-            // `data(for:)` has no handle whose priority can change once it runs; a disk
-            // prefetch keeps the priority it started with.
-            case .data: break
+            case .data(let task): task.priority = priority
             }
         }
     }
@@ -98,8 +96,8 @@ public final class ImagePrefetcher: Sendable {
     // MARK: - Settings
 
     /// The priority of every prefetch. Changing it reaches pending prefetches and the running
-    /// ones' image tasks (a running ``Destination/diskCache`` prefetch keeps its priority).
-    /// A visible request that joins a prefetch's work raises that work's priority regardless.
+    /// ones' tasks (image tasks, or data tasks for ``Destination/diskCache``). A visible
+    /// request that joins a prefetch's work raises that work's priority regardless.
     /// Default `.low`.
     public var priority: ImageRequest.Priority {
         get { state.withLock { $0.machine.priority } }
@@ -237,11 +235,12 @@ public final class ImagePrefetcher: Sendable {
             }
             return .image(task)
         case .diskCache:
-            let pipeline = self.pipeline
-            return .data(Task.detached(priority: .low) { [weak self] in
-                let succeeded = (try? await pipeline.data(for: request)) != nil
+            let task = pipeline.dataTask(with: request)
+            Task.detached(priority: .low) { [weak self] in
+                let succeeded = (try? await task.response) != nil
                 self?.finish(key: key, token: token, succeeded: succeeded)
-            })
+            }
+            return .data(task)
         }
     }
 

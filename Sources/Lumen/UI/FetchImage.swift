@@ -32,7 +32,7 @@ public enum ImagePhase: Sendable {
 ///
 /// **Loading model.** Fetching and decoding are separate so that the download never waits
 /// for layout and layout never causes a second download:
-/// 1. ``load(_:)`` starts fetching the original bytes at once (``ImagePipeline/data(for:)``:
+/// 1. ``load(_:)`` starts fetching the original bytes at once (``ImagePipeline/dataTask(with:)``:
 ///    the pipeline's shared fetch stage, so it joins a running prefetch or another cell's
 ///    download of the same image).
 /// 2. ``displaySize(width:height:scale:)`` tells the model how big the image is shown. The
@@ -77,11 +77,14 @@ public final class FetchImage {
     /// decoded as soon as the bytes arrive. Default `true`.
     @ObservationIgnored public var decodesAtDisplaySize = true
 
-    /// The priority of the model's requests. A change reaches a running decode at once; a
-    /// running fetch keeps the priority it started with (shared fetches still run at the
-    /// highest priority among their subscribers). Default `.normal`.
+    /// The priority of the model's requests. A change reaches the running fetch and decode at
+    /// once (shared work runs at the highest priority among its subscribers). Default
+    /// `.normal`.
     @ObservationIgnored public var priority: ImageRequest.Priority = .normal {
-        didSet { decoding?.task.priority = priority }
+        didSet {
+            fetchTask?.data.priority = priority
+            decoding?.task.priority = priority
+        }
     }
 
     /// The URL being shown. Setting a different URL loads it (``load(_:)``); setting the same
@@ -101,7 +104,8 @@ public final class FetchImage {
 
     @ObservationIgnored private var isHidden = false
     @ObservationIgnored private var fetched: (data: Data, response: URLResponse?)?
-    @ObservationIgnored private var fetchTask: Task<Void, Never>?
+    /// The running fetch: the pipeline's data task, and the Swift task awaiting it.
+    @ObservationIgnored private var fetchTask: (data: DataTask, waiter: Task<Void, Never>)?
     @ObservationIgnored private var fetchGeneration = 0
     @ObservationIgnored private var decoding: (target: DecodeTarget, task: ImageTask)?
     /// The target of the image in ``phase``.
@@ -113,7 +117,7 @@ public final class FetchImage {
     }
 
     deinit {
-        fetchTask?.cancel()
+        fetchTask?.data.cancel()
         decoding?.task.cancel()
     }
 
@@ -213,16 +217,17 @@ public final class FetchImage {
         request.priority = priority
         fetchGeneration += 1
         let generation = fetchGeneration
-        let pipeline = self.pipeline
-        fetchTask = Task { [weak self] in
+        let data = pipeline.dataTask(with: request)
+        let waiter = Task { [weak self] in
             let result: Result<(Data, URLResponse?), ImagePipeline.Error>
             do {
-                result = .success(try await pipeline.data(for: request))
+                result = .success(try await data.response)
             } catch {
                 result = .failure(error as? ImagePipeline.Error ?? ImagePipeline.Error.dataLoadingFailed(error))
             }
             self?.didFetch(result, generation: generation)
         }
+        fetchTask = (data, waiter)
         updateIsLoading()
     }
 
@@ -328,7 +333,7 @@ public final class FetchImage {
     private func cancelWork() {
         if let fetchTask {
             self.fetchTask = nil
-            fetchTask.cancel()
+            fetchTask.data.cancel()
         }
         if let decoding {
             self.decoding = nil
