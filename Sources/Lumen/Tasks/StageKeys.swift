@@ -55,7 +55,24 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
     /// credentials.
     init(plainURL url: URL) {
         self.init(identity: url.absoluteString, isClosure: false, method: "GET", body: nil,
-                  cachePolicy: URLRequest.CachePolicy.useProtocolCachePolicy.rawValue, credentials: [:])
+                  cachePolicy: URLRequest.CachePolicy.useProtocolCachePolicy.rawValue, credentials: [:],
+                  otherFieldsHash: Self.plainURLFieldsHash)
+    }
+
+    /// ``otherFieldsHash(isClosure:method:body:cachePolicy:credentials:)`` of every plain URL
+    /// request, computed once per process.
+    private static let plainURLFieldsHash = otherFieldsHash(
+        isClosure: false, method: "GET", body: nil, cachePolicy: URLRequest.CachePolicy.useProtocolCachePolicy.rawValue, credentials: [:])
+
+    /// The hash of every field but the identity.
+    private static func otherFieldsHash(isClosure: Bool, method: String, body: Data?, cachePolicy: UInt, credentials: [String: String]) -> Int {
+        var hasher = Hasher()
+        hasher.combine(isClosure)
+        hasher.combine(method)
+        hasher.combine(body)
+        hasher.combine(cachePolicy)
+        hasher.combine(credentials)
+        return hasher.finalize()
     }
 
     init(resource: ImageRequest.Resource, credentialHeaders: Set<String>) {
@@ -80,7 +97,10 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    private init(identity: String, isClosure: Bool, method: String, body: Data?, cachePolicy: UInt, credentials: [String: String]) {
+    private init(
+        identity: String, isClosure: Bool, method: String, body: Data?, cachePolicy: UInt, credentials: [String: String],
+        otherFieldsHash: Int? = nil
+    ) {
         self.identity = identity
         self.identityHash = identity.hashValue
         self.isClosure = isClosure
@@ -88,13 +108,11 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
         self.body = body
         self.cachePolicy = cachePolicy
         self.credentials = credentials
+        let others = otherFieldsHash
+            ?? Self.otherFieldsHash(isClosure: isClosure, method: method, body: body, cachePolicy: cachePolicy, credentials: credentials)
         var hasher = Hasher()
         hasher.combine(identityHash)
-        hasher.combine(isClosure)
-        hasher.combine(method)
-        hasher.combine(body)
-        hasher.combine(cachePolicy)
-        hasher.combine(credentials)
+        hasher.combine(others)
         fieldsHash = hasher.finalize()
     }
 
