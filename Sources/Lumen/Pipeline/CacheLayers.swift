@@ -17,9 +17,34 @@ struct ProcessorChainIdentity: Hashable, @unchecked Sendable { // AnyHashable va
 /// the original data's key has no variant; the processed image's key (only for requests with
 /// processors or a decode size) names the decode size and the processors' stable identifiers.
 struct RequestCacheKeys: Sendable {
+    /// The memory keys of a request's processor prefixes: `keys[i]` is the image with the
+    /// first `i` processors applied, the last one the final image. The final key is stored
+    /// apart, so a request without processors allocates no array.
+    struct MemoryKeys: Sendable {
+        private var prefixes: [ImageCacheKey] = []
+        /// The final image's key; `nil` without a memory cache.
+        private(set) var final: ImageCacheKey?
+
+        init() {}
+
+        init(prefixes: [ImageCacheKey], final: ImageCacheKey) {
+            self.prefixes = prefixes
+            self.final = final
+        }
+
+        var isEmpty: Bool { final == nil }
+        var count: Int { final == nil ? 0 : prefixes.count + 1 }
+
+        subscript(index: Int) -> ImageCacheKey {
+            if index < prefixes.count { return prefixes[index] }
+            guard index == prefixes.count, let final else { preconditionFailure("RequestCacheKeys: memory key \(index) out of range") }
+            return final
+        }
+    }
+
     /// `memory[i]`: the image with the first `i` processors applied; empty without a memory
     /// cache.
-    var memory: [ImageCacheKey]
+    var memory: MemoryKeys
     /// The original data's disk key; `nil` without a disk cache.
     var diskOriginal: String?
     /// The processed image's disk key; `nil` without a disk cache, and for requests without
@@ -33,15 +58,14 @@ struct RequestCacheKeys: Sendable {
         if memory {
             let count = request.processors.count
             let imageIDHash = request.cacheImageIDHash
-            var keys: [ImageCacheKey] = []
-            keys.reserveCapacity(count + 1)
-            for prefix in 0..<count {
-                keys.append(Self.memoryKey(request, imageID: imageID, imageIDHash: imageIDHash, fingerprint: fingerprint, processorCount: prefix))
+            let prefixes = count == 0 ? [] : (0..<count).map {
+                Self.memoryKey(request, imageID: imageID, imageIDHash: imageIDHash, fingerprint: fingerprint, processorCount: $0)
             }
-            keys.append(finalMemoryKey ?? Self.memoryKey(request, imageID: imageID, imageIDHash: imageIDHash, fingerprint: fingerprint, processorCount: count))
-            self.memory = keys
+            let final = finalMemoryKey
+                ?? Self.memoryKey(request, imageID: imageID, imageIDHash: imageIDHash, fingerprint: fingerprint, processorCount: count)
+            self.memory = MemoryKeys(prefixes: prefixes, final: final)
         } else {
-            self.memory = []
+            self.memory = MemoryKeys()
         }
         diskOriginal = disk ? DataCache.key(imageID: imageID, credentialFingerprint: fingerprint) : nil
         if !disk || (request.processors.isEmpty && request.thumbnail == nil) {

@@ -221,7 +221,6 @@ final class RequestKeys: Sendable {
 
     /// The memory key of the request's final image; `nil` without a memory cache.
     var finalMemoryKey: ImageCacheKey? {
-        guard let memory = cache?.memory, !memory.isEmpty else { return nil }
-        return memory[memory.count - 1]
+        cache?.memory.final
     }
 }
