@@ -93,7 +93,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         graph.register(self)
         let count = request.processors.count
         let top = graph.imageTask(for: request, keys: keys, processorCount: count, isFinal: true)
-        top.markRequested(memoryKey: keys.finalMemoryKey, diskKey: keys.cache?.diskProcessed)
+        top.markRequested(memoryKey: keys.finalMemoryKey, diskKey: keys.processedDiskKey)
         // Unowned: the graph keeps the task alive while it is registered (which outlasts the
         // subscription), and the Swift task awaiting it, not the stage finishing it, then
         // releases it last.

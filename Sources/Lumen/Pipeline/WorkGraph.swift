@@ -108,7 +108,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     /// Changes `stage`'s counters; published when the critical section ends. Must hold the
     /// lock.
     func count(_ stage: ImagePipeline.Stage, _ update: (inout ImagePipeline.Metrics.StageMetrics) -> Void) {
-        update(&pendingCounts.stages[stage])
+        update(&pendingCounts[stage])
         pendingCounts.isChanged = true
     }
 
@@ -178,12 +178,12 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     /// `isFinal`: the caller is a request whose final image this is (the stage then looks for
     /// its processed entry on disk before depending on the stage below).
     func imageTask(for request: ImageRequest, keys: RequestKeys, processorCount: Int, isFinal: Bool) -> ImageStageTask {
-        let decodeKey = keys.decode
         guard processorCount > 0 else {
             guard configuration.isTaskCoalescingEnabled else {
-                return DecodeTask(graph: self, request: request, key: decodeKey, cacheKeys: keys.cache, isFinal: isFinal)
+                return DecodeTask(graph: self, request: request, key: keys.decode, cacheKeys: keys.cache, isFinal: isFinal)
             }
-            if let task = decodePool[decodeKey] { return task }
+            if let task = decodePool[keys.decode] { return task } // joining: no copy of the key
+            let decodeKey = keys.decode
             let task = DecodeTask(graph: self, request: request, key: decodeKey, cacheKeys: keys.cache, isFinal: isFinal)
             decodePool[decodeKey] = task
             task.onDisposed = { [unowned self] in decodePool[decodeKey] = nil }
@@ -232,20 +232,42 @@ struct FetchedData: Sendable {
 /// Counter changes made under the graph's lock: a critical section that subscribes, or that
 /// delivers a result to thousands of subscribers, updates the metrics store once.
 struct PendingCounts {
+    typealias StageMetrics = ImagePipeline.Metrics.StageMetrics
+
     var isChanged = false
     var liveRequests = 0
     /// Deltas of each stage's counters.
-    var stages = ImagePipeline.Metrics()
+    var fetch = StageMetrics(), decode = StageMetrics(), process = StageMetrics()
+
+    subscript(stage: ImagePipeline.Stage) -> StageMetrics {
+        get {
+            switch stage {
+            case .fetch: fetch
+            case .decode: decode
+            case .process: process
+            }
+        }
+        set {
+            switch stage {
+            case .fetch: fetch = newValue
+            case .decode: decode = newValue
+            case .process: process = newValue
+            }
+        }
+    }
 
     func apply(to metrics: inout ImagePipeline.Metrics) {
         metrics.liveRequests += liveRequests
-        for stage in ImagePipeline.Stage.allCases {
-            let delta = stages[stage]
-            metrics[stage].started += delta.started
-            metrics[stage].joined += delta.joined
-            metrics[stage].completed += delta.completed
-            metrics[stage].failed += delta.failed
-            metrics[stage].cancelled += delta.cancelled
-        }
+        Self.add(fetch, to: &metrics.fetch)
+        Self.add(decode, to: &metrics.decode)
+        Self.add(process, to: &metrics.process)
+    }
+
+    private static func add(_ delta: StageMetrics, to counters: inout StageMetrics) {
+        counters.started += delta.started
+        counters.joined += delta.joined
+        counters.completed += delta.completed
+        counters.failed += delta.failed
+        counters.cancelled += delta.cancelled
     }
 }

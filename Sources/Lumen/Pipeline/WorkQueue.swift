@@ -12,7 +12,7 @@ import Synchronization
 ///
 /// Share a queue between pipelines to share its limit. Set ``isSuspended`` to hold items
 /// pending (tests use this to observe priorities).
-public final class WorkQueue: @unchecked Sendable { // items' mutable state is guarded by `state`'s lock
+public final class WorkQueue: Sendable {
     /// Where admitted items run.
     public enum Execution: Sendable {
         /// In detached Swift tasks (for async work such as downloads).

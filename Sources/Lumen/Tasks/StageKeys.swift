@@ -207,6 +207,8 @@ final class RequestKeys: Sendable {
             ? RequestCacheKeys(request, memory: memoryCache, disk: diskCache, finalMemoryKey: finalMemoryKey)
             : nil
         self.cache = cache
+        self.finalMemoryKey = cache?.memory.final
+        self.processedDiskKey = cache?.diskProcessed
         var prefix: (count: Int, container: ImageContainer)?
         if count > 0, let cachedImage, let memory = cache?.memory, !memory.isEmpty {
             for prefixCount in stride(from: count - 1, through: 0, by: -1) {
@@ -220,7 +222,7 @@ final class RequestKeys: Sendable {
     }
 
     /// The memory key of the request's final image; `nil` without a memory cache.
-    var finalMemoryKey: ImageCacheKey? {
-        cache?.memory.final
-    }
+    let finalMemoryKey: ImageCacheKey?
+    /// The disk key of the request's processed image (see ``RequestCacheKeys/diskProcessed``).
+    let processedDiskKey: String?
 }
