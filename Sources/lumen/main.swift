@@ -6,9 +6,9 @@ let usage = """
     usage: lumen <command> [options]
 
     commands:
-      demo        generate photo-like images, thumbnail them, write a contact sheet
+      demo        replay a scrolling feed through Lumen and a naive loader, side by side (--quick, --json)
       thumbnail   make thumbnails of image files (lumen thumbnail --help)
-      bench       side-by-side benchmarks: lumen bench [decode] [--json] [--iterations N]
+      bench       side-by-side benchmarks: lumen bench [decode|feed] [--json] [--iterations N]
     """
 
 let argv = Array(CommandLine.arguments.dropFirst())

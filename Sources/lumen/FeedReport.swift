@@ -1,0 +1,87 @@
+import Foundation
+
+/// The side-by-side table of the three replays, their ratios, and the claims checked on them.
+struct FeedReport {
+    var lumen: FeedRunStats
+    var noCoalescing: FeedRunStats
+    var naive: FeedRunStats
+
+    var wallRatio: Double { naive.wallSeconds / max(lumen.wallSeconds, 1e-9) }
+    var decodedMPRatio: Double { naive.decodedMegapixels / max(lumen.decodedMegapixels, 1e-9) }
+    var peakMemoryRatio: Double { Double(naive.peakRSSBytes) / Double(max(lumen.peakRSSBytes, 1)) }
+    var networkDifference: Int { noCoalescing.networkRequests - lumen.networkRequests }
+    var noCoalescingWallRatio: Double { noCoalescing.wallSeconds / max(lumen.wallSeconds, 1e-9) }
+
+    /// The table, one row per measurement, columns lumen / noCoalescing / naive.
+    var table: String {
+        let columns = [lumen, noCoalescing, naive]
+        func mb(_ bytes: Int) -> String { String(format: "%.1f MB", Double(bytes) / 1_048_576) }
+        let rows: [(String, (FeedRunStats) -> String)] = [
+            ("requests (visible + detail)", { "\($0.requests)" }),
+            ("prefetches", { "\($0.prefetches)" }),
+            ("network requests", { "\($0.networkRequests)" }),
+            ("distinct URLs", { "\($0.distinctURLs)" }),
+            ("most requests for one URL", { "\($0.maxRequestsPerURL)" }),
+            ("bytes downloaded", { mb($0.bytesDownloaded) }),
+            ("decodes", { "\($0.decodes)" }),
+            ("decoded megapixels", { String(format: "%.1f", $0.decodedMegapixels) }),
+            ("memory cache hits", { "\($0.memoryHits)" }),
+            ("disk cache hits", { "\($0.diskHits)" }),
+            ("joins to running work", { "\($0.joins)" }),
+            ("requests cancelled (cell gone)", { "\($0.cancelledRequests)" }),
+            ("shared work cancelled", { "\($0.workCancelled)" }),
+            ("peak concurrent downloads", { "\($0.peakConcurrentRequests)" }),
+            ("peak memory (RSS)", { mb($0.peakRSSBytes) }),
+            ("wall time", { String(format: "%.2f s", $0.wallSeconds) }),
+        ]
+        var lines = [pad("", 32) + pad("lumen", 14) + pad("noCoalescing", 14) + "naive"]
+        for (name, value) in rows {
+            lines.append(pad(name, 32) + pad(value(columns[0]), 14) + pad(value(columns[1]), 14) + value(columns[2]))
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    /// The ratios, each with its goal from the issue.
+    var ratios: String {
+        [
+            String(format: "naive / lumen wall time        %6.1f×  (goal ≥ 5×)", wallRatio),
+            String(format: "naive / lumen decoded MP       %6.1f×  (goal ≥ 10×)", decodedMPRatio),
+            String(format: "naive / lumen peak memory      %6.1f×  (goal ≥ 4×)", peakMemoryRatio),
+            "lumen network requests         \(lumen.networkRequests) for \(lumen.distinctURLs) distinct URLs  (goal: equal)",
+            "noCoalescing − lumen requests  \(networkDifference) network requests; lumen joined running work \(lumen.joins) times",
+            String(format: "noCoalescing / lumen wall time %6.2f×  (goal > 1×)", noCoalescingWallRatio),
+        ].joined(separator: "\n")
+    }
+
+    /// The claims that must hold for the demo to pass; each failure is a message.
+    var violations: [String] {
+        var found: [String] = []
+        for (name, run) in [("lumen", lumen), ("noCoalescing", noCoalescing), ("naive", naive)] where !run.failures.isEmpty {
+            found.append("\(name): \(run.failures.count) visible loads failed, first: \(run.failures[0])")
+        }
+        if lumen.networkRequests != lumen.distinctURLs {
+            found.append("lumen made \(lumen.networkRequests) network requests for \(lumen.distinctURLs) distinct URLs (a URL was downloaded \(lumen.maxRequestsPerURL) times)")
+        }
+        if noCoalescing.networkRequests < lumen.networkRequests {
+            found.append("coalescing off made fewer network requests (\(noCoalescing.networkRequests)) than on (\(lumen.networkRequests))")
+        }
+        return found
+    }
+
+    /// The JSON object `lumen bench feed --json` prints (the demo adds to it).
+    var json: [String: Any] {
+        [
+            "scenario": "feed",
+            "lumen": lumen.json, "noCoalescing": noCoalescing.json, "naive": naive.json,
+            "naiveOverLumenWallTime": round3(wallRatio),
+            "naiveOverLumenDecodedMegapixels": round3(decodedMPRatio),
+            "naiveOverLumenPeakRSS": round3(peakMemoryRatio),
+            "noCoalescingMinusLumenNetworkRequests": networkDifference,
+            "lumenJoins": lumen.joins,
+            "noCoalescingOverLumenWallTime": round3(noCoalescingWallRatio),
+            "lumenNetworkRequestsEqualDistinctURLs": lumen.networkRequests == lumen.distinctURLs,
+        ]
+    }
+}
+
+func round3(_ value: Double) -> Double { (value * 1000).rounded() / 1000 }

@@ -1,0 +1,215 @@
+import Foundation
+import Lumen
+import LumenTestSupport
+
+/// The loaders the feed is replayed through.
+enum FeedVariant: String, CaseIterable, Sendable {
+    /// (a) Lumen with its defaults: coalescing, caches, prefetching.
+    case lumen
+    /// (b) The same with `isTaskCoalescingEnabled = false`.
+    case noCoalescing
+    /// (c) What `AsyncImage` does: download and full decode per view, nothing shared.
+    case naive
+
+    var title: String {
+        switch self {
+        case .lumen: "lumen"
+        case .noCoalescing: "noCoalescing"
+        case .naive: "naive"
+        }
+    }
+}
+
+/// One replay's measurements: what the child process counted, plus what the server saw.
+struct FeedRunStats: Codable, Sendable {
+    // Counted by the child.
+    var requests = 0
+    var prefetches = 0
+    var cancelledRequests = 0
+    var failures: [String] = []
+    var shownCells = 0
+    var decodes = 0
+    var decodedPixels = 0
+    var memoryHits = 0
+    var diskHits = 0
+    var joins = 0
+    var workCancelled = 0
+    var peakRSSBytes = 0
+    var wallSeconds = 0.0
+    // Seen by the server in the parent.
+    var networkRequests = 0
+    var distinctURLs = 0
+    var maxRequestsPerURL = 0
+    var bytesDownloaded = 0
+    var peakConcurrentRequests = 0
+
+    var decodedMegapixels: Double { Double(decodedPixels) / 1e6 }
+
+    /// The keys `lumen bench feed --json` and `lumen demo --json` print for a variant.
+    var json: [String: Any] {
+        [
+            "requests": requests, "prefetches": prefetches, "networkRequests": networkRequests,
+            "distinctURLs": distinctURLs, "maxRequestsPerURL": maxRequestsPerURL,
+            "bytesDownloaded": bytesDownloaded, "decodes": decodes,
+            "decodedMegapixels": (decodedMegapixels * 1000).rounded() / 1000,
+            "memoryHits": memoryHits, "diskHits": diskHits, "joins": joins,
+            "cancelledRequests": cancelledRequests, "workCancelled": workCancelled,
+            "peakRSSBytes": peakRSSBytes, "wallSeconds": (wallSeconds * 10000).rounded() / 10000,
+            "peakConcurrentRequests": peakConcurrentRequests, "failures": failures.count,
+        ]
+    }
+}
+
+/// Runs feed replays, each in a child process of its own (its own peak memory, cold caches),
+/// against one loopback server in this process.
+struct FeedRunner {
+    let quick: Bool
+    let server: LoopbackServer
+    let photos: [FeedAsset]
+    let avatars: [FeedAsset]
+    let trace: FeedTrace
+
+    /// Generates (or finds) the images, starts the server and serves them.
+    init(quick: Bool, progress: (String) -> Void) throws {
+        self.quick = quick
+        let (photos, avatars) = FeedAssets.catalogue(quick: quick)
+        self.photos = photos
+        self.avatars = avatars
+        let prepared = try FeedAssets.prepare(photos + avatars)
+        let totalMP = (photos + avatars).reduce(0) { $0 + $1.megapixels }
+        if prepared.generated > 0 {
+            progress(String(format: "generated %d of %d images (%.0f MP in all) in %.1f s into %@",
+                            prepared.generated, photos.count + avatars.count, totalMP, prepared.seconds, FeedAssets.directory.path))
+        } else {
+            progress(String(format: "%d images (%.0f MP in all) already generated in %@",
+                            photos.count + avatars.count, totalMP, FeedAssets.directory.path))
+        }
+        server = try LoopbackServer()
+        let bytes = try FeedAssets.serve(photos + avatars, on: server)
+        trace = Self.trace(quick: quick, photos: photos, avatars: avatars)
+        progress(String(format: "serving them at %@ (%.1f MB); trace: %d cells, %d steps, %d shown, %d distinct images",
+                        server.baseURL.absoluteString, Double(bytes) / 1e6, trace.cells.count, trace.steps.count,
+                        trace.shownCells.count, trace.distinctImages))
+    }
+
+    static func trace(quick: Bool, photos: [FeedAsset], avatars: [FeedAsset]) -> FeedTrace {
+        let large = photos.indices.filter { photos[$0].megapixels > (quick ? 1 : 10) }
+        return FeedTrace.make(quick: quick, photoCount: photos.count, largePhotos: large, avatarCount: avatars.count)
+    }
+
+    /// Replays the trace through `variant` in a child process; writes the contact sheet of
+    /// the shown cells to `sheet` when given.
+    func run(_ variant: FeedVariant, sheet: URL? = nil) throws -> FeedRunStats {
+        let cacheDirectory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("lumen-feed-cache-\(ProcessInfo.processInfo.processIdentifier)-\(variant.rawValue)-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: cacheDirectory) }
+        server.resetStatistics()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe")
+        process.arguments = ["bench-child", "feed", variant.rawValue, server.baseURL.absoluteString,
+                             quick ? "quick" : "full", cacheDirectory.path, sheet?.path ?? "-"]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        let output = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0,
+              let line = String(decoding: output, as: UTF8.self).split(separator: "\n").last,
+              var stats = try? JSONDecoder().decode(FeedRunStats.self, from: Data(line.utf8)) else {
+            throw BenchError("the \(variant.title) replay failed (child exit status \(process.terminationStatus))")
+        }
+        let seen = server.statistics
+        stats.networkRequests = seen.totalRequests
+        stats.distinctURLs = seen.requestsByPath.count
+        stats.maxRequestsPerURL = seen.requestsByPath.values.max() ?? 0
+        stats.bytesDownloaded = seen.bodyBytesSent
+        stats.peakConcurrentRequests = seen.peakInFlightRequests
+        return stats
+    }
+
+    /// The replay itself, in the child process (`lumen bench-child feed …`): prints one line
+    /// of JSON (``FeedRunStats``).
+    static func child(variant: FeedVariant, baseURL: URL, quick: Bool, cacheDirectory: URL, sheet: URL?) throws {
+        let (photos, avatars) = FeedAssets.catalogue(quick: quick)
+        let trace = trace(quick: quick, photos: photos, avatars: avatars)
+        let photoURLs = photos.map { URL(string: baseURL.absoluteString + $0.path)! }
+        let avatarURLs = avatars.map { URL(string: baseURL.absoluteString + $0.path)! }
+        let loader: any FeedLoading = switch variant {
+        case .lumen: LumenFeedLoader(coalescing: true, cacheDirectory: cacheDirectory)
+        case .noCoalescing: LumenFeedLoader(coalescing: false, cacheDirectory: cacheDirectory)
+        case .naive: NaiveFeedLoader()
+        }
+        let replayer = FeedReplayer(trace: trace, photos: photoURLs, avatars: avatarURLs, loader: loader,
+                                    sheetLimit: sheet == nil ? 0 : 40)
+        let start = monotonicSeconds()
+        let outcome = runBlocking { await replayer.run() }
+        var stats = FeedRunStats()
+        stats.wallSeconds = monotonicSeconds() - start
+        stats.peakRSSBytes = peakResidentBytes()
+        stats.requests = outcome.requests
+        stats.prefetches = outcome.prefetches
+        stats.cancelledRequests = outcome.cancelledRequests
+        stats.failures = outcome.failures
+        stats.shownCells = outcome.shownCells
+        if let lumen = loader as? LumenFeedLoader {
+            (stats.decodes, stats.decodedPixels) = lumen.counter.snapshot
+            let m = lumen.pipeline.metrics
+            stats.joins = m.fetch.joined + m.decode.joined + m.process.joined
+            stats.workCancelled = m.fetch.cancelled + m.decode.cancelled + m.process.cancelled
+        } else if let naive = loader as? NaiveFeedLoader {
+            (stats.decodes, stats.decodedPixels) = naive.counter.snapshot
+        }
+        if let sheet, !outcome.sheet.isEmpty {
+            let cells = outcome.sheet.map { FeedSheet.cell(photo: $0.photo, avatar: $0.avatar, size: trace.thumbnailPixels) }
+            try FileManager.default.createDirectory(at: sheet.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try ContactSheet.make(cells, cell: trace.thumbnailPixels, columns: 8).encode(as: .png).write(to: sheet, options: .atomic)
+        }
+        let data = try JSONEncoder().encode(stats)
+        print(String(decoding: data, as: UTF8.self))
+    }
+}
+
+/// Runs `body` on the cooperative pool and blocks this (non-pool) thread until it returns.
+func runBlocking<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
+    let box = ResultBox<T>()
+    let done = DispatchSemaphore(value: 0)
+    Task.detached {
+        box.value = await body()
+        done.signal()
+    }
+    done.wait()
+    return box.value!
+}
+
+/// Carries a result from a task to the thread waiting for it.
+final class ResultBox<T: Sendable>: @unchecked Sendable { // written once before the semaphore is signalled, read after
+    var value: T?
+}
+
+/// Draws a feed cell for the contact sheet: the photo thumbnail with its avatar in the corner.
+enum FeedSheet {
+    static func cell(photo: Bitmap, avatar: Bitmap, size: Int) -> Bitmap {
+        let w = min(size, photo.width), h = min(size, photo.height)
+        var pixels = [UInt8](repeating: 0x2A, count: w * h * 3)
+        let pc = photo.format.channels
+        for y in 0..<h {
+            for x in 0..<w {
+                let s = (y * photo.width + x) * pc, d = (y * w + x) * 3
+                pixels[d] = photo.pixels[s]; pixels[d + 1] = photo.pixels[s + 1]; pixels[d + 2] = photo.pixels[s + 2]
+            }
+        }
+        // The avatar, inset 6 px from the bottom-left corner, blended over the photo.
+        let ac = avatar.format.channels
+        let ox = 6, oy = max(0, h - avatar.height - 6)
+        for y in 0..<min(avatar.height, h - oy) {
+            for x in 0..<min(avatar.width, w - ox) {
+                let s = (y * avatar.width + x) * ac, d = ((oy + y) * w + ox + x) * 3
+                let a = ac == 4 ? Int(avatar.pixels[s + 3]) : 255
+                for k in 0..<3 {
+                    pixels[d + k] = UInt8((Int(avatar.pixels[s + k]) * a + Int(pixels[d + k]) * (255 - a) + 127) / 255)
+                }
+            }
+        }
+        return Bitmap(width: w, height: h, format: .rgb8, pixels: pixels)
+    }
+}
