@@ -48,6 +48,6 @@ let package = Package(
         // A second process for the disk cache's cross-process tests.
         .executableTarget(name: "lumen-cache-probe", dependencies: ["Lumen"]),
         .testTarget(name: "LumenImagingTests", dependencies: ["LumenImaging"], swiftSettings: imagingSettings),
-        .testTarget(name: "LumenTests", dependencies: ["Lumen", "LumenTestSupport", "lumen-cache-probe"]),
+        .testTarget(name: "LumenTests", dependencies: ["Lumen", "LumenTestSupport", "lumen-cache-probe", "lumen"]),
     ] + extraTargets
 )

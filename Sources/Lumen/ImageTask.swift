@@ -59,14 +59,15 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         self._priority = request.priority
     }
 
-    /// Subscribes to the graph. Must hold the graph's lock.
-    func startLocked() {
+    /// Subscribes to the graph with the request's precomputed `keys`. Must hold the graph's
+    /// lock.
+    func startLocked(keys: RequestKeys) {
         guard !graph.isInvalidated else {
             complete(.failure(.pipelineInvalidated))
             return
         }
         graph.register(self)
-        let top = graph.imageTask(for: request, processorCount: request.processors.count)
+        let top = graph.imageTask(for: request, keys: keys, processorCount: request.processors.count)
         subscription = top.subscribe(priority: _priority) { [self] event in
             switch event {
             case .progress(let progress):

@@ -4,9 +4,9 @@ import Lumen
 /// `lumen bench [scenario...] [--json] [--iterations N]`: side-by-side benchmarks, each
 /// measuring Lumen and its baseline in the same run and printing ratios.
 enum BenchCommand {
-    static let scenarios = ["decode", "feed"]
+    static let scenarios = ["decode", "coalesce", "overhead", "feed"]
 
-    static func run(_ argv: [String]) -> Int32 {
+    static func run(_ argv: [String]) async -> Int32 {
         let args: Arguments
         let iterations: Int
         do {
@@ -24,6 +24,7 @@ enum BenchCommand {
             for scenario in chosen {
                 switch scenario {
                 case "decode": try BenchDecode.run(json: args.flag("json"), iterations: iterations)
+                case "coalesce", "overhead": try await BenchGraph.run(scenario, json: args.flag("json"))
                 case "feed": try BenchFeed.run(json: args.flag("json"), rounds: args.string("iterations") == nil ? 3 : iterations)
                 default: break
                 }

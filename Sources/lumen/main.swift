@@ -21,9 +21,9 @@ switch command {
 case "demo":
     exit(DemoCommand.run(rest))
 case "thumbnail":
-    exit(ThumbnailCommand.run(rest))
+    exit(await ThumbnailCommand.run(rest))
 case "bench":
-    exit(BenchCommand.run(rest))
+    exit(await BenchCommand.run(rest))
 case "bench-child":
     exit(BenchCommand.child(rest))
 case "help", "--help", "-h":

@@ -277,3 +277,5 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
         }
     }
 }
+
+extension DataLoader.Error: HTTPStatusCodeProviding {}

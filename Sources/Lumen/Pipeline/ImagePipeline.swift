@@ -39,7 +39,8 @@ public final class ImagePipeline: Sendable {
     /// when this returns.
     public func imageTask(with request: ImageRequest) -> ImageTask {
         let task = ImageTask(request: request, graph: graph)
-        graph.sync { task.startLocked() }
+        let keys = RequestKeys(request) // processors' identities are user code: not under the lock
+        graph.sync { task.startLocked(keys: keys) }
         return task
     }
 

@@ -67,11 +67,11 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         afterUnlock { handler(event) }
     }
 
-    /// Sends a diagnostic message to the logger, after unlocking. Must hold the lock.
+    /// Sends a diagnostic message to the logger. Must hold the lock; `message` is built after
+    /// unlocking (it may describe user errors), so it must capture values, not graph state.
     func log(_ message: @escaping () -> String) {
         guard let logger = configuration.logger else { return }
-        let text = message()
-        afterUnlock { logger(text) }
+        afterUnlock { logger(message()) }
     }
 
     func count(_ stage: ImagePipeline.Stage, _ update: (inout ImagePipeline.Metrics.StageMetrics) -> Void) {
@@ -98,7 +98,8 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         sync {
             guard !isInvalidated else { return }
             isInvalidated = true
-            log { "pipeline invalidated with \(self.roots.count) requests running" }
+            let count = roots.count
+            log { "pipeline invalidated with \(count) requests running" }
             for root in Array(roots.values) { root.cancelLocked() }
         }
     }
@@ -117,8 +118,8 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     }
 
     /// The task producing `request`'s image with its first `processorCount` processors applied.
-    func imageTask(for request: ImageRequest, processorCount: Int, decodeKey: DecodeKey? = nil) -> SharedTask<ImageResult> {
-        let decodeKey = decodeKey ?? DecodeKey(request)
+    func imageTask(for request: ImageRequest, keys: RequestKeys, processorCount: Int) -> SharedTask<ImageResult> {
+        let decodeKey = keys.decode
         guard processorCount > 0 else {
             guard configuration.isTaskCoalescingEnabled else { return DecodeTask(graph: self, request: request, key: decodeKey) }
             if let task = decodePool[decodeKey] { return task }
@@ -127,12 +128,12 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
             task.onDisposed = { [unowned self] in decodePool[decodeKey] = nil }
             return task
         }
-        let key = ProcessKey(decode: decodeKey, request: request, processorCount: processorCount)
+        let key = keys.process[processorCount - 1]
         guard configuration.isTaskCoalescingEnabled else {
-            return ProcessTask(graph: self, request: request, processorCount: processorCount, key: key)
+            return ProcessTask(graph: self, request: request, keys: keys, processorCount: processorCount)
         }
         if let task = processPool[key] { return task }
-        let task = ProcessTask(graph: self, request: request, processorCount: processorCount, key: key)
+        let task = ProcessTask(graph: self, request: request, keys: keys, processorCount: processorCount)
         processPool[key] = task
         task.onDisposed = { [unowned self] in processPool[key] = nil }
         return task

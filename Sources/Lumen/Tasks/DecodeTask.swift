@@ -56,20 +56,22 @@ final class DecodeTask: SharedTask<ImageResult>, @unchecked Sendable { // state 
 /// decode), then applies one processor on a processing worker thread.
 final class ProcessTask: SharedTask<ImageResult>, @unchecked Sendable { // state guarded by graph.lock
     let request: ImageRequest
+    let keys: RequestKeys
     let processorCount: Int
-    let key: ProcessKey
 
-    init(graph: WorkGraph, request: ImageRequest, processorCount: Int, key: ProcessKey) {
+    init(graph: WorkGraph, request: ImageRequest, keys: RequestKeys, processorCount: Int) {
         self.request = request
+        self.keys = keys
         self.processorCount = processorCount
-        self.key = key
         super.init(graph: graph, stage: .process)
     }
+
+    var key: ProcessKey { keys.process[processorCount - 1] }
 
     override var keyDescription: String { key.description }
 
     override func start() {
-        let below = graph.imageTask(for: request, processorCount: processorCount - 1, decodeKey: key.decode)
+        let below = graph.imageTask(for: request, keys: keys, processorCount: processorCount - 1)
         dependency = below.subscribe(priority: priority) { [self] event in
             switch event {
             case .progress(let progress): send(progress: progress)

@@ -151,7 +151,8 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
         dispose()
         graph.count(stage) { $0.failed += 1 }
         graph.emit(.failed(stage, key: keyDescription, error))
-        graph.log { "\(self.stage) failed for \(self.keyDescription): \(error)" }
+        let stage = stage, key = keyDescription
+        graph.log { "\(stage) failed for \(key): \(error)" }
         for subscriber in current.values { subscriber.handler(.failure(error)) }
     }
 

@@ -80,28 +80,49 @@ struct DecodeKey: Hashable, Sendable, CustomStringConvertible {
 }
 
 /// The key of a processing stage ("load image"): the decode key (which carries the request
-/// options) and a prefix of the processors (by their hashable identities). Every prefix is its own key, so `[a]` and
-/// `[a, b]` share the task applying `a`.
+/// options) and a prefix of the processors (by their hashable identities). Every prefix is its
+/// own key, so `[a]` and `[a, b]` share the task applying `a`.
+///
+/// Processors' identities are user code: they are read, and the key's hash computed, when the
+/// key is made — before the graph's lock is taken (see ``RequestKeys``).
 struct ProcessKey: Hashable, @unchecked Sendable, CustomStringConvertible { // AnyHashable values come from Sendable processors' identities
     var decode: DecodeKey
     var processors: [AnyHashable]
     var identifiers: String
+    private var cachedHash: Int
 
     init(decode: DecodeKey, request: ImageRequest, processorCount: Int) {
         self.decode = decode
         let prefix = request.processors.prefix(processorCount)
         self.processors = prefix.map(\.hashableIdentifier)
         self.identifiers = prefix.map(\.identifier).joined(separator: ",")
+        var hasher = Hasher()
+        hasher.combine(decode)
+        hasher.combine(processors)
+        self.cachedHash = hasher.finalize()
     }
 
     static func == (lhs: ProcessKey, rhs: ProcessKey) -> Bool {
-        lhs.decode == rhs.decode && lhs.processors == rhs.processors
+        lhs.cachedHash == rhs.cachedHash && lhs.decode == rhs.decode && lhs.processors == rhs.processors
     }
 
     func hash(into hasher: inout Hasher) {
-        hasher.combine(decode)
-        hasher.combine(processors)
+        hasher.combine(cachedHash)
     }
 
     var description: String { "\(decode) processors=[\(identifiers)]" }
+}
+
+/// Every stage key of one request, computed before the graph's lock is taken.
+struct RequestKeys: Sendable {
+    /// The decode stage's key (which holds the fetch key).
+    var decode: DecodeKey
+    /// `process[i]` is the key of the stage applying the first `i + 1` processors.
+    var process: [ProcessKey]
+
+    init(_ request: ImageRequest) {
+        decode = DecodeKey(request)
+        let count = request.processors.count
+        process = count == 0 ? [] : (1...count).map { [decode] in ProcessKey(decode: decode, request: request, processorCount: $0) }
+    }
 }
