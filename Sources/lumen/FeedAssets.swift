@@ -30,10 +30,10 @@ struct FeedAsset: Sendable {
 /// once. Bump ``directoryName`` whenever the catalogue or the generator changes.
 ///
 /// The full catalogue has 60 photos — 56 of 0.5–3 MP (mostly JPEG, every seventh WebP, one
-/// PNG) and four 12 MP JPEGs — and 6 avatars of 256×256 (PNG). The quick catalogue (tests)
-/// has 26 photos of at most 1.9 MP and 4 avatars.
+/// PNG) and four 12 MP JPEGs — and 6 round avatars of 256×256 (PNG with alpha). The quick
+/// catalogue (tests) has 26 photos of at most 1.9 MP and 4 avatars.
 enum FeedAssets {
-    static let directoryName = "lumen-feed-v1"
+    static let directoryName = "lumen-feed-v2"
 
     /// Photo sizes cycled through by the catalogue (0.5–3 MP, landscape, portrait, square).
     private static let photoSizes: [(Int, Int)] = [
@@ -97,7 +97,8 @@ enum FeedAssets {
         parallelForEach(missing.count, concurrency: ProcessInfo.processInfo.activeProcessorCount) { i in
             let asset = missing[i]
             do {
-                let bitmap = SyntheticPhotos.photo(width: asset.width, height: asset.height, seed: asset.seed)
+                var bitmap = SyntheticPhotos.photo(width: asset.width, height: asset.height, seed: asset.seed)
+                if asset.kind == .avatar { bitmap = circleCropped(bitmap) }
                 try bitmap.encode(as: asset.format).write(to: file(for: asset), options: .atomic)
             } catch {
                 failures.append("\(asset.name): \(error)")
@@ -105,6 +106,23 @@ enum FeedAssets {
         }
         if let first = failures.all.first { throw BenchError("generating images failed: \(first)") }
         return (missing.count, monotonicSeconds() - start)
+    }
+
+    /// `image` with transparent corners: an RGBA disc, anti-aliased over one pixel.
+    static func circleCropped(_ image: Bitmap) -> Bitmap {
+        let w = image.width, h = image.height, c = image.format.channels
+        let cx = Double(w) / 2, cy = Double(h) / 2, r = Double(min(w, h)) / 2
+        var pixels = [UInt8](repeating: 0, count: w * h * 4)
+        for y in 0..<h {
+            for x in 0..<w {
+                let dx = Double(x) + 0.5 - cx, dy = Double(y) + 0.5 - cy
+                let coverage = min(1, max(0, r - (dx * dx + dy * dy).squareRoot()))
+                let s = (y * w + x) * c, d = (y * w + x) * 4
+                pixels[d] = image.pixels[s]; pixels[d + 1] = image.pixels[s + 1]; pixels[d + 2] = image.pixels[s + 2]
+                pixels[d + 3] = UInt8(coverage * 255)
+            }
+        }
+        return Bitmap(width: w, height: h, format: .rgba8, pixels: pixels)
     }
 
     /// Serves every asset on `server` with an ETag and a year-long `Cache-Control`, and returns

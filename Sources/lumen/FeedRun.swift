@@ -93,8 +93,11 @@ struct FeedRunner {
     }
 
     static func trace(quick: Bool, photos: [FeedAsset], avatars: [FeedAsset]) -> FeedTrace {
-        let large = photos.indices.filter { photos[$0].megapixels > (quick ? 1 : 10) }
-        return FeedTrace.make(quick: quick, photoCount: photos.count, largePhotos: large, avatarCount: avatars.count)
+        // 12 MP photos go to cells; the detail view shows the largest of the others (3 MP; the
+        // quick catalogue's 1.9 MP one).
+        let large = photos.indices.filter { photos[$0].megapixels > 10 }
+        let detail = photos.indices.filter { !large.contains($0) }.max { photos[$0].megapixels < photos[$1].megapixels }!
+        return FeedTrace.make(quick: quick, photoCount: photos.count, largePhotos: large, detailPhoto: detail, avatarCount: avatars.count)
     }
 
     /// Replays the trace through `variant` in a child process; writes the contact sheet of

@@ -16,10 +16,10 @@ import Foundation
 /// - `openDetail(cell:)` / `closeDetail` — a full-size view of one visible cell's photo, on
 ///   screen together with its thumbnail; the replay waits until it shows.
 ///
-/// The full trace (seed 42): scroll 0→20 with a detail view of a 12 MP photo on the way, fling
+/// The full trace (seed 42): scroll 0→20 with a detail view of a 3 MP photo on the way, fling
 /// to 32, scroll to 44, scroll back up to 36 (cells seen before), fling to 56 (over seen cells
-/// and new ones), scroll to 62 with a second 12 MP detail view: 72 cells, 50 of them shown
-/// until loaded. About a quarter of the shown cells repost a photo shown earlier; avatar 0
+/// and new ones), scroll to 62: 72 cells, 50 of them shown until loaded. Three 12 MP photos
+/// are shown in cells, a fourth is flung past. About a quarter of the shown cells repost a photo shown earlier; avatar 0
 /// appears in about 40% of the cells and every avatar is first shown in the opening screens.
 /// Cells that are only ever flung past or prefetched get photos of their own (a photo whose
 /// download a fling cancelled is not asked for again), so a loader that shares and caches
@@ -50,9 +50,9 @@ struct FeedTrace: Sendable {
     /// Cells shown until loaded (slow scrolls and fling landings), in the order they were first shown.
     var shownCells: [Int]
 
-    /// The trace for the catalogue (`photoCount` photos with `largePhotos` at 12 MP,
-    /// `avatarCount` avatars).
-    static func make(quick: Bool, photoCount: Int, largePhotos: [Int], avatarCount: Int, seed: UInt64 = 42) -> FeedTrace {
+    /// The trace for the catalogue: `photoCount` photos, `largePhotos` (12 MP) among them,
+    /// `detailPhoto` shown in the detail view, `avatarCount` avatars.
+    static func make(quick: Bool, photoCount: Int, largePhotos: [Int], detailPhoto: Int, avatarCount: Int, seed: UInt64 = 42) -> FeedTrace {
         var steps: [Step] = [.scroll(to: 0)]
         var detailCells: [Int] = []
         func slow(_ from: Int, _ to: Int, detailAt: Int? = nil) {
@@ -79,29 +79,33 @@ struct FeedTrace: Sendable {
             slow(32, 44)
             slow(44, 36)
             steps.append(.fling(to: 56))
-            slow(56, 62, detailAt: 59)
+            slow(56, 62)
         }
         var trace = FeedTrace(cells: [], steps: steps, shownCells: [])
         let (shown, touched) = trace.simulate()
         let cellCount = (touched.max() ?? 0) + 1
         trace.shownCells = shown
 
-        // Photos: pinned 12 MP photos for the detail views (then one shown cell and one
-        // flung-past cell when the catalogue has more), fresh photos for cells never shown,
-        // and a quarter of the shown cells reposting an earlier shown cell's photo.
+        // Photos: the detail photo pinned on the detail cell; the 12 MP photos spread over the
+        // shown cells, the last one on a flung-past cell; fresh photos for cells never shown;
+        // a quarter of the shown cells repost an earlier shown cell's photo.
         var rng = SplitMix(seed: seed)
         var photoOf = [Int?](repeating: nil, count: cellCount)
-        var large = largePhotos
-        for cell in detailCells where !large.isEmpty { photoOf[cell] = large.removeFirst() }
+        for cell in detailCells { photoOf[cell] = detailPhoto }
         let shownSet = Set(shown)
-        if !large.isEmpty, let cell = shown.dropFirst(shown.count / 2).first(where: { photoOf[$0] == nil }) {
-            photoOf[cell] = large.removeFirst()
+        var large = largePhotos
+        if large.count > 1 {
+            let slots = large.count - 1
+            for k in 0..<slots {
+                let index = shown.count * (k + 1) / (slots + 1)
+                if let cell = shown.dropFirst(index).first(where: { photoOf[$0] == nil }) { photoOf[cell] = large.removeFirst() }
+            }
         }
-        if !large.isEmpty, let cell = (0..<cellCount).first(where: { !shownSet.contains($0) }) {
-            photoOf[cell] = large.removeFirst()
+        if let last = large.first, let cell = (0..<cellCount).first(where: { !shownSet.contains($0) }) {
+            photoOf[cell] = last
         }
         let pinned = Set(photoOf.compactMap { $0 })
-        var fresh = (0..<photoCount).filter { !pinned.contains($0) && !largePhotos.contains($0) }[...]
+        var fresh = (0..<photoCount).filter { !pinned.contains($0) && !largePhotos.contains($0) && $0 != detailPhoto }[...]
         var shownPhotos: [Int] = []
         for cell in shown {
             if let photo = photoOf[cell] {
