@@ -95,11 +95,16 @@ struct LumenLoad: FeedLoad {
 /// `URLSession` (no URL cache) and decodes the bytes at full size; nothing is shared between
 /// views and nothing decoded is kept; the load is cancelled when the view disappears. There
 /// is no prefetching.
+///
+/// Downloads use `dataTask(with:completionHandler:)` and cancel the `URLSessionTask` directly:
+/// on Linux, cancelling the Swift task awaiting `URLSession.data(from:)` can deadlock inside
+/// FoundationNetworking when the transfer completes at the same moment (seen in this demo:
+/// `Task.cancel` holds the task's status lock while `URLSessionTask.cancel` waits for the
+/// session's queue, which is resuming the same task).
 final class NaiveFeedLoader: FeedLoading {
     let session: URLSession
     let counter = FeedDecodeCounter()
-    private let running = Mutex<[Int: Task<Bitmap, any Error>]>([:])
-    private let nextID = Atomic<Int>(0)
+    private let running = Mutex<[ObjectIdentifier: NaiveLoad]>([:])
 
     init() {
         let configuration = URLSessionConfiguration.default
@@ -113,60 +118,79 @@ final class NaiveFeedLoader: FeedLoading {
     }
 
     func load(_ ref: FeedImageRef, priority: ImageRequest.Priority) -> any FeedLoad {
-        let id = nextID.add(1, ordering: .relaxed).oldValue
-        let done = DoneFlag()
-        let session = self.session, counter = self.counter, url = ref.url
-        let task = Task { [weak self] () throws -> Bitmap in
-            defer {
-                done.set()
-                _ = self?.running.withLock { $0.removeValue(forKey: id) }
-            }
-            let (data, response) = try await session.data(from: url)
-            guard let http = response as? HTTPURLResponse, http.statusCode == 200 else {
-                throw BenchError("\(url.path): unexpected response \(response)")
-            }
-            try Task.checkCancellation()
-            let image = try ImageDecoder.decode(data).bitmap
-            counter.record(image)
-            return image
+        let load = NaiveLoad()
+        running.withLock { $0[ObjectIdentifier(load)] = load }
+        load.start(url: ref.url, session: session, counter: counter) { [weak self] in
+            _ = self?.running.withLock { $0.removeValue(forKey: ObjectIdentifier(load)) }
         }
-        running.withLock { if !done.isSet { $0[id] = task } }
-        return NaiveLoad(task: task, done: done)
+        return load
     }
 
     func startPrefetching(_ refs: [FeedImageRef]) {}
     func stopPrefetching(_ refs: [FeedImageRef]) {}
 
     func drain() async {
-        let tasks = running.withLock { Array($0.values) }
-        for task in tasks { _ = await task.result }
+        let loads = running.withLock { Array($0.values) }
+        for load in loads { _ = await load.value() }
     }
 }
 
-/// A visible load in the naive loader: a Swift task.
+/// One view's load in the naive loader: a download, then a full decode.
 final class NaiveLoad: FeedLoad {
-    let task: Task<Bitmap, any Error>
-    let done: DoneFlag
+    private struct State {
+        var dataTask: URLSessionDataTask?
+        var isCancelled = false
+        var isDone = false
+        var task: Task<Bitmap, any Error>?
+    }
 
-    init(task: Task<Bitmap, any Error>, done: DoneFlag) {
-        self.task = task
-        self.done = done
+    private let state = Mutex(State())
+
+    /// Starts the download; `finished` runs when the load ends, however it ends.
+    func start(url: URL, session: URLSession, counter: FeedDecodeCounter, finished: @escaping @Sendable () -> Void) {
+        let task = Task { [self] () throws -> Bitmap in
+            defer {
+                state.withLock { $0.isDone = true }
+                finished()
+            }
+            let data: Data = try await withCheckedThrowingContinuation { continuation in
+                let dataTask = session.dataTask(with: url) { data, response, error in
+                    if let error { return continuation.resume(throwing: error) }
+                    guard let data, let http = response as? HTTPURLResponse, http.statusCode == 200 else {
+                        return continuation.resume(throwing: BenchError("\(url.path): unexpected response \(String(describing: response))"))
+                    }
+                    continuation.resume(returning: data)
+                }
+                let cancelled = state.withLock { state -> Bool in
+                    if !state.isCancelled { state.dataTask = dataTask }
+                    return state.isCancelled
+                }
+                if cancelled {
+                    continuation.resume(throwing: CancellationError())
+                } else {
+                    dataTask.resume()
+                }
+            }
+            if state.withLock({ $0.isCancelled }) { throw CancellationError() }
+            let image = try ImageDecoder.decode(data).bitmap
+            counter.record(image)
+            return image
+        }
+        state.withLock { $0.task = task }
     }
 
     func cancel() -> Bool {
-        let running = !done.isSet
-        task.cancel()
-        return running
+        let (wasRunning, dataTask) = state.withLock { state -> (Bool, URLSessionDataTask?) in
+            let wasRunning = !state.isDone && !state.isCancelled
+            state.isCancelled = true
+            return (wasRunning, state.dataTask)
+        }
+        dataTask?.cancel()
+        return wasRunning
     }
 
     func value() async -> Result<Bitmap, any Error> {
-        await task.result
+        guard let task = state.withLock({ $0.task }) else { return .failure(CancellationError()) }
+        return await task.result
     }
-}
-
-/// A flag set once, when a naive load's task ends.
-final class DoneFlag: Sendable {
-    private let value = Atomic<Bool>(false)
-    func set() { value.store(true, ordering: .releasing) }
-    var isSet: Bool { value.load(ordering: .acquiring) }
 }

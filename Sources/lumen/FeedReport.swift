@@ -11,6 +11,8 @@ struct FeedReport {
     var peakMemoryRatio: Double { Double(naive.peakRSSBytes) / Double(max(lumen.peakRSSBytes, 1)) }
     var networkDifference: Int { noCoalescing.networkRequests - lumen.networkRequests }
     var noCoalescingWallRatio: Double { noCoalescing.wallSeconds / max(lumen.wallSeconds, 1e-9) }
+    /// Downloads (b) repeated for a URL it was already downloading or had downloaded.
+    var duplicatesEliminated: Int { noCoalescing.networkRequests - noCoalescing.distinctURLs }
 
     /// The table, one row per measurement, columns lumen / noCoalescing / naive.
     var table: String {
@@ -48,7 +50,7 @@ struct FeedReport {
             String(format: "naive / lumen decoded MP       %6.1f×  (goal ≥ 10×)", decodedMPRatio),
             String(format: "naive / lumen peak memory      %6.1f×  (goal ≥ 4×)", peakMemoryRatio),
             "lumen network requests         \(lumen.networkRequests) for \(lumen.distinctURLs) distinct URLs  (goal: equal)",
-            "noCoalescing − lumen requests  \(networkDifference) network requests; lumen joined running work \(lumen.joins) times",
+            "noCoalescing − lumen requests  \(networkDifference) network requests; duplicates eliminated \(duplicatesEliminated) (noCoalescing's downloads beyond one per URL; lumen joined running work \(lumen.joins) times)  (goal: equal)",
             String(format: "noCoalescing / lumen wall time %6.2f×  (goal > 1×)", noCoalescingWallRatio),
         ].joined(separator: "\n")
     }
@@ -77,6 +79,7 @@ struct FeedReport {
             "naiveOverLumenDecodedMegapixels": round3(decodedMPRatio),
             "naiveOverLumenPeakRSS": round3(peakMemoryRatio),
             "noCoalescingMinusLumenNetworkRequests": networkDifference,
+            "duplicatesEliminated": duplicatesEliminated,
             "lumenJoins": lumen.joins,
             "noCoalescingOverLumenWallTime": round3(noCoalescingWallRatio),
             "lumenNetworkRequestsEqualDistinctURLs": lumen.networkRequests == lumen.distinctURLs,
