@@ -22,6 +22,8 @@ if heifEnabled {
 
 let package = Package(
     name: "Lumen",
+    // Apple platforms: `Synchronization.Mutex` and `@Observable` need these versions.
+    platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
         .library(name: "Lumen", targets: ["Lumen"]),
         .library(name: "LumenTestSupport", targets: ["LumenTestSupport"]),

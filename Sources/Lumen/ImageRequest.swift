@@ -16,7 +16,7 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
         public static func < (lhs: Priority, rhs: Priority) -> Bool { lhs.rawValue < rhs.rawValue }
     }
 
-    /// Cache behaviour. Defined now; honoured by the cache layers.
+    /// Cache behaviour: which cache layers a request may read and write.
     public struct Options: OptionSet, Sendable, Hashable {
         public let rawValue: UInt16
         public init(rawValue: UInt16) { self.rawValue = rawValue }
@@ -183,6 +183,12 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
 
     /// The image's cache identity: set it for signed URLs whose query changes while the image
     /// doesn't. Defaults to the URL's absolute string, or the `id` of a closure request.
+    ///
+    /// Setting it is your statement that every URL given this `imageID` serves the same bytes:
+    /// such requests share memory and disk cache entries. Credentials still separate them —
+    /// cache keys carry a fingerprint of the request's credential headers, and downloads are
+    /// keyed by the URL and the credentials, so two requests with the same `imageID` but
+    /// different `Authorization` never share a download or an entry.
     public var imageID: String? {
         get {
             if let explicitImageID = storage.explicitImageID { return explicitImageID }

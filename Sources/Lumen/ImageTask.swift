@@ -59,6 +59,15 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         self._priority = request.priority
     }
 
+    /// A task that is already complete (a memory-cache hit): it never touches the graph's
+    /// lock to start, and is never registered.
+    init(request: ImageRequest, graph: WorkGraph, completedWith response: ImageResponse) {
+        self.request = request
+        self.graph = graph
+        self._priority = request.priority
+        self.result = .success(response)
+    }
+
     /// Subscribes to the graph with the request's precomputed `keys`. Must hold the graph's
     /// lock.
     func startLocked(keys: RequestKeys) {
@@ -67,7 +76,9 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
             return
         }
         graph.register(self)
-        let top = graph.imageTask(for: request, keys: keys, processorCount: request.processors.count)
+        let count = request.processors.count
+        let top = graph.imageTask(for: request, keys: keys, processorCount: count, isFinal: true)
+        top.markRequested(memoryKey: keys.cache?.memory.isEmpty == false ? keys.cache?.memory[count] : nil, diskKey: keys.cache?.diskProcessed)
         subscription = top.subscribe(priority: _priority) { [self] event in
             switch event {
             case .progress(let progress):
@@ -75,7 +86,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
                 for stream in streams.values { stream.yield(.progress(progress)) }
             case .value(let image):
                 subscription = nil
-                complete(.success(ImageResponse(container: image.container, request: request, urlResponse: image.urlResponse)))
+                complete(.success(ImageResponse(container: image.container, request: request, urlResponse: image.urlResponse, cacheType: image.cacheType)))
             case .failure(let error):
                 subscription = nil
                 complete(.failure(error))
@@ -222,13 +233,16 @@ final class DataRequestTask: RootTask, @unchecked Sendable { // mutable state gu
     }
 
     func run() async throws -> FetchedData {
+        let diskKey = graph.caches.dataCache == nil ? nil : RequestCacheKeys.originalDiskKey(request)
         graph.sync {
             guard !graph.isInvalidated else {
                 complete(.failure(.pipelineInvalidated))
                 return
             }
             graph.register(self)
-            subscription = graph.fetchTask(for: request).subscribe(priority: request.priority) { [self] event in
+            let fetch = graph.fetchTask(for: request, diskKey: diskKey)
+            fetch.wantsOriginalOnDisk = true // `data(for:)` never encodes: it stores what it loads
+            subscription = fetch.subscribe(priority: request.priority) { [self] event in
                 switch event {
                 case .progress: break
                 case .value(let fetched):

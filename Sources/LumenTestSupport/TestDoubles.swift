@@ -115,6 +115,8 @@ public final class PipelineEventRecorder: Sendable {
         public func completed(_ stage: ImagePipeline.Stage) -> Int { values["completed.\(stage)", default: 0] }
         public func failed(_ stage: ImagePipeline.Stage) -> Int { values["failed.\(stage)", default: 0] }
         public func cancelled(_ stage: ImagePipeline.Stage) -> Int { values["cancelled.\(stage)", default: 0] }
+        /// Problems the caches absorbed (``ImagePipeline/Event/cacheFailure(_:)``).
+        public var cacheFailures: Int { values["cacheFailure.fetch", default: 0] }
         /// Subscriptions made (new work plus joins).
         public func subscriptions(_ stage: ImagePipeline.Stage) -> Int { started(stage) + joined(stage) }
     }
@@ -165,6 +167,7 @@ public final class PipelineEventRecorder: Sendable {
         case .completed: name = "completed"
         case .failed: name = "failed"
         case .cancelled: name = "cancelled"
+        case .cacheFailure: name = "cacheFailure"
         }
         let ready = state.withLock { state in
             state.events.append(event)

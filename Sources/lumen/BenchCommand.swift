@@ -4,7 +4,7 @@ import Lumen
 /// `lumen bench [scenario...] [--json] [--iterations N]`: side-by-side benchmarks, each
 /// measuring Lumen and its baseline in the same run and printing ratios.
 enum BenchCommand {
-    static let scenarios = ["decode", "coalesce", "overhead", "feed"]
+    static let scenarios = ["decode", "coalesce", "overhead", "cache", "feed"]
 
     static func run(_ argv: [String]) async -> Int32 {
         let args: Arguments
@@ -25,6 +25,7 @@ enum BenchCommand {
                 switch scenario {
                 case "decode": try BenchDecode.run(json: args.flag("json"), iterations: iterations)
                 case "coalesce", "overhead": try await BenchGraph.run(scenario, json: args.flag("json"))
+                case "cache": try await BenchCache.run(json: args.flag("json"), iterations: iterations)
                 case "feed": try BenchFeed.run(json: args.flag("json"), rounds: args.string("iterations") == nil ? 3 : iterations)
                 default: break
                 }

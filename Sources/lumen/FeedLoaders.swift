@@ -39,14 +39,14 @@ final class LumenFeedLoader: FeedLoading {
     let counter = FeedDecodeCounter()
     private let prefetches = Mutex<[FeedImageRef: ImageTask]>([:])
 
-    /// A loader over a pipeline with the default configuration, except that coalescing is
-    /// `coalescing`, decodes are counted, and the disk cache (once the pipeline has one) lives in
-    /// `cacheDirectory`.
+    /// A loader over a pipeline with the default configuration (its own memory cache) plus a
+    /// disk cache in `cacheDirectory` (empty: every run starts cold), with coalescing as
+    /// `coalescing` and decodes counted.
     init(coalescing: Bool, cacheDirectory: URL) {
         var configuration = ImagePipeline.Configuration()
         configuration.isTaskCoalescingEnabled = coalescing
         configuration.decoder = CountingDecoder(counter: counter)
-        _ = cacheDirectory
+        configuration.dataCache = DataCache(name: "feed", directory: cacheDirectory)
         self.pipeline = ImagePipeline(configuration: configuration)
     }
 

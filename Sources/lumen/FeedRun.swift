@@ -159,6 +159,8 @@ struct FeedRunner {
             let m = lumen.pipeline.metrics
             stats.joins = m.fetch.joined + m.decode.joined + m.process.joined
             stats.workCancelled = m.fetch.cancelled + m.decode.cancelled + m.process.cancelled
+            stats.memoryHits = m.memoryCache.hits
+            stats.diskHits = m.diskCache.hits
         } else if let naive = loader as? NaiveFeedLoader {
             (stats.decodes, stats.decodedPixels) = naive.counter.snapshot
         }

@@ -113,10 +113,20 @@ enum ThumbnailCommand {
     static func configuration(for options: Options) -> ImagePipeline.Configuration {
         var configuration = ImagePipeline.Configuration()
         configuration.decodingQueue = WorkQueue(name: "lumen.decode", maxConcurrentCount: options.concurrency, execution: .threads)
+        if options.usesCache {
+            // Downloaded bytes are kept on disk (default `$XDG_CACHE_HOME/lumen/thumbnail`, else
+            // `~/.cache/lumen/thumbnail`), so a second run over the same URLs needs no network.
+            configuration.dataCache = DataCache(
+                name: "thumbnail", directory: options.cacheDirectory.map { URL(fileURLWithPath: $0) },
+                onFailure: { failure in printError("lumen thumbnail: cache: \(failure)") })
+        }
         return configuration
     }
 
-    static func cacheHits(_ metrics: ImagePipeline.Metrics) -> Int { 0 }
+    /// Requests answered by a cache layer (memory or disk) instead of the network.
+    static func cacheHits(_ metrics: ImagePipeline.Metrics) -> Int {
+        metrics.memoryCache.hits + metrics.diskCache.hits
+    }
 
     /// The URL an input names: `http(s):`, `file:` and `data:` URLs as given, anything else a
     /// file path.

@@ -92,4 +92,33 @@ struct ThumbnailCommandTests {
         #expect(FileManager.default.fileExists(atPath: output.appendingPathComponent("a.jpeg").path))
         #expect(FileManager.default.fileExists(atPath: output.appendingPathComponent("b.jpeg").path))
     }
+
+    @Test func aSecondRunIsServedFromTheDiskCacheWithoutTheNetwork() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let jpeg = try Data(contentsOf: Self.corpus.appendingPathComponent("real-world/flower.jpg"))
+        server.serve(path: "/flower.jpg", data: jpeg, contentType: "image/jpeg", cacheControl: "max-age=3600")
+        let output = try temporaryDirectory(), cache = try temporaryDirectory()
+        defer {
+            try? FileManager.default.removeItem(at: output)
+            try? FileManager.default.removeItem(at: cache)
+        }
+        let arguments = ["thumbnail", server.url(for: "/flower.jpg").absoluteString, "--size", "64", "--output", output.path, "--cache", cache.path]
+        let first = try await Executables.run("lumen", arguments)
+        #expect(first.status == 0, "\(first.standardError)")
+        #expect(first.standardOutput.contains("1 network requests, 0 cache hits"), "\(first.standardOutput)")
+        let second = try await Executables.run("lumen", arguments)
+        #expect(second.status == 0, "\(second.standardError)")
+        #expect(second.standardOutput.contains("0 network requests, 1 cache hits"), "\(second.standardOutput)")
+        #expect(server.statistics.totalRequests == 1)
+    }
+
+    @Test func localFilesAreNotNetworkRequests() async throws {
+        let output = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: output) }
+        let input = Self.corpus.appendingPathComponent("real-world/hopper.jpg").path
+        let outcome = try await Executables.run("lumen", ["thumbnail", input, "--size", "64", "--output", output.path, "--no-cache"])
+        #expect(outcome.status == 0)
+        #expect(outcome.standardOutput.contains("1 done, 0 failed, 0 network requests"), "\(outcome.standardOutput)")
+    }
 }

@@ -140,6 +140,8 @@ extension DataCache {
     }
 
     func report(_ kind: Failure.Kind, key: String?, path: String, reason: String, code: Int32?) {
-        onFailure?(Failure(kind: kind, key: key, path: path, errorCode: code, reason: reason))
+        let failure = Failure(kind: kind, key: key, path: path, errorCode: code, reason: reason)
+        onFailure?(failure)
+        failureObservers.notify(failure)
     }
 }

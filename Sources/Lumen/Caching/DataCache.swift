@@ -114,6 +114,7 @@ public final class DataCache: DataCaching {
     let store: DiskStore
     let queue: DispatchQueue
     let onFailure: (@Sendable (Failure) -> Void)?
+    let failureObservers = FailureObservers()
     let state = Mutex(State())
 
     /// An operation queued but not yet on disk; reads in this process see it already.

@@ -8,6 +8,24 @@ extension ImagePipeline {
         /// Decodes bytes into images on the decoding queue's workers. Default
         /// ``ImageDecoders/Default``.
         public var decoder: any ImageDecoding
+        /// The memory cache of decoded images, consulted synchronously before any work starts
+        /// (see ``ImagePipeline/Cache``). Default: a new ``ImageCache`` made for this
+        /// configuration value — not a process-wide one, so independent pipelines (and tests)
+        /// never see each other's images; copies of the configuration share it. `nil` turns
+        /// the memory layer off.
+        public var imageCache: (any ImageCaching)?
+        /// The disk cache of bytes (original data and, by ``dataCachePolicy``, encoded processed
+        /// images). Default `nil` (off); set `DataCache(name: "images")` to keep bytes under
+        /// `$XDG_CACHE_HOME/lumen/images` with HTTP revalidation. Read and written off the
+        /// graph's owner, on the data-loading queue's tasks.
+        public var dataCache: (any DataCaching)?
+        /// What is written to ``dataCache``. Default ``DataCachePolicy/storeOriginalData``.
+        public var dataCachePolicy: DataCachePolicy
+        /// Whether disk entries' freshness follows the responses' `Cache-Control` (`max-age`,
+        /// `no-cache`, `immutable`) within the disk cache's TTL. `false`: the TTL alone decides.
+        /// Either way a stale entry with a validator is revalidated with a conditional request
+        /// and `no-store` responses are never written. Default `true`.
+        public var isHTTPCachingRespected: Bool
         /// Whether equivalent requests share running work at every stage. With `false`, every
         /// request builds its own chain (fetch, decode, each processor). Default `true`.
         public var isTaskCoalescingEnabled: Bool
@@ -27,7 +45,8 @@ extension ImagePipeline {
         public var maximumDecodedPixelCount: Int
         /// When failed downloads are retried. Default ``RetryPolicy/none``.
         public var retryPolicy: RetryPolicy
-        /// Called for every stage event (work started, joined, completed, failed, cancelled),
+        /// Called for every stage event (work started, joined, completed, failed, cancelled)
+        /// and for every problem a cache absorbed (``ImagePipeline/Event/cacheFailure(_:)``),
         /// on the thread where it happened, never while the graph is locked. Default `nil` (off).
         public var eventHandler: (@Sendable (ImagePipeline.Event) -> Void)?
         /// Receives diagnostic messages (failures, invalidation). Default `nil`: a library
@@ -39,6 +58,10 @@ extension ImagePipeline {
             let cores = max(1, ProcessInfo.processInfo.activeProcessorCount)
             self.dataLoader = dataLoader
             self.decoder = ImageDecoders.Default()
+            self.imageCache = ImageCache()
+            self.dataCache = nil
+            self.dataCachePolicy = .storeOriginalData
+            self.isHTTPCachingRespected = true
             self.isTaskCoalescingEnabled = true
             self.dataLoadingQueue = WorkQueue(name: "lumen.data", maxConcurrentCount: 6, execution: .tasks)
             self.decodingQueue = WorkQueue(name: "lumen.decode", maxConcurrentCount: cores, execution: .threads)

@@ -25,11 +25,18 @@ extension ImagePipeline {
         case failed(Stage, key: String, ImagePipeline.Error)
         /// The last subscriber left and the work was cancelled.
         case cancelled(Stage, key: String)
+        /// The disk cache absorbed a problem (a dropped write, an unreadable or corrupt entry
+        /// removed, a directory it could not list); the request went on without it (to the
+        /// network on a read). Reported for the disk cache of the pipeline's configuration when
+        /// it is a ``DataCache``, and for encoding failures under an encoding policy.
+        case cacheFailure(DataCache.Failure)
 
-        /// The stage the event is about.
+        /// The stage the event is about (`.fetch` for cache failures: the disk cache sits in
+        /// front of the fetch).
         public var stage: Stage {
             switch self {
             case .started(let s, _), .joined(let s, _), .completed(let s, _), .failed(let s, _, _), .cancelled(let s, _): s
+            case .cacheFailure: .fetch
             }
         }
     }
@@ -56,8 +63,11 @@ extension ImagePipeline {
         public var decode = StageMetrics()
         /// Processing stage counters (one task per processor prefix).
         public var process = StageMetrics()
-        /// Calls to the data loader (including retries); closure requests are not counted.
+        /// Calls to the data loader for network URLs (including retries); `file:` and `data:`
+        /// URLs and closure requests are not counted.
         public var networkRequestsStarted = 0
+        /// Calls to the data loader for `file:` and `data:` URLs.
+        public var localLoadsStarted = 0
         /// Loader calls running now.
         public var networkRequestsInFlight = 0
         /// The most loader calls ever running at once.
@@ -72,6 +82,33 @@ extension ImagePipeline {
         public var liveTasks = 0
         /// Image and data requests that have not finished yet.
         public var liveRequests = 0
+
+        /// Counters for one cache layer, as the pipeline used it.
+        public struct CacheLayerMetrics: Sendable, Hashable {
+            /// Lookups made.
+            public var lookups = 0
+            /// Lookups that answered (for the disk: an entry was found, fresh or not).
+            public var hits = 0
+            /// Entries written (for the disk: writes handed to the cache).
+            public var writes = 0
+        }
+
+        /// The memory cache (decoded images).
+        public var memoryCache = CacheLayerMetrics()
+        /// The disk cache (original data and encoded processed images).
+        public var diskCache = CacheLayerMetrics()
+        /// Memory-cache writes refused because the image cost more than the cache's per-entry
+        /// limit (``ImageCache/entryCostLimit``).
+        public var memoryCacheRejectedOversize = 0
+        /// Stale disk entries asked about with a conditional request.
+        public var revalidations = 0
+        /// Conditional requests answered `304 Not Modified` (the entry was renewed, its bytes
+        /// not downloaded again).
+        public var notModified = 0
+        /// Disk entries served without asking the server (fresh, or `returnCacheDataDontLoad`).
+        public var diskCacheFreshHits = 0
+        /// Problems the caches absorbed (see ``Event/cacheFailure(_:)``).
+        public var cacheFailures = 0
 
         /// The counters for `stage`.
         public subscript(stage: Stage) -> StageMetrics {

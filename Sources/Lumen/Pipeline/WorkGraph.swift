@@ -22,6 +22,10 @@ import FoundationNetworking
 final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     let configuration: ImagePipeline.Configuration
     let metricsStore = MetricsStore()
+    /// The cache layers, used off the lock.
+    let caches: CacheLayers
+    /// Mirrors ``isInvalidated`` for the memory-hit path, which does not take the lock.
+    let invalidatedFlag = Atomic<Bool>(false)
 
     private let lock = NSLock()
     private var deferred: [() -> Void] = []
@@ -33,6 +37,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
 
     init(configuration: ImagePipeline.Configuration) {
         self.configuration = configuration
+        self.caches = CacheLayers(configuration: configuration, metrics: metricsStore)
     }
 
     /// Runs `body` holding the lock, then the effects it queued, in order, without it.
@@ -98,6 +103,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         sync {
             guard !isInvalidated else { return }
             isInvalidated = true
+            invalidatedFlag.store(true, ordering: .releasing)
             let count = roots.count
             log { "pipeline invalidated with \(count) requests running" }
             for root in Array(roots.values) { root.cancelLocked() }
@@ -106,34 +112,39 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
 
     // MARK: - Stage tasks
 
-    /// The task fetching `request`'s original data: shared when coalescing is on.
-    func fetchTask(for request: ImageRequest, key: FetchKey? = nil) -> FetchTask {
+    /// The task fetching `request`'s original data: shared when coalescing is on. `diskKey` is
+    /// the original data's disk-cache key (`nil` without a disk cache).
+    func fetchTask(for request: ImageRequest, key: FetchKey? = nil, diskKey: String?) -> FetchTask {
         let key = key ?? FetchKey(request)
-        guard configuration.isTaskCoalescingEnabled else { return FetchTask(graph: self, request: request, key: key) }
+        guard configuration.isTaskCoalescingEnabled else { return FetchTask(graph: self, request: request, key: key, diskKey: diskKey) }
         if let task = fetchPool[key] { return task }
-        let task = FetchTask(graph: self, request: request, key: key)
+        let task = FetchTask(graph: self, request: request, key: key, diskKey: diskKey)
         fetchPool[key] = task
         task.onDisposed = { [unowned self] in fetchPool[key] = nil }
         return task
     }
 
     /// The task producing `request`'s image with its first `processorCount` processors applied.
-    func imageTask(for request: ImageRequest, keys: RequestKeys, processorCount: Int) -> SharedTask<ImageResult> {
+    /// `isFinal`: the caller is a request whose final image this is (the stage then looks for
+    /// its processed entry on disk before depending on the stage below).
+    func imageTask(for request: ImageRequest, keys: RequestKeys, processorCount: Int, isFinal: Bool) -> ImageStageTask {
         let decodeKey = keys.decode
         guard processorCount > 0 else {
-            guard configuration.isTaskCoalescingEnabled else { return DecodeTask(graph: self, request: request, key: decodeKey) }
+            guard configuration.isTaskCoalescingEnabled else {
+                return DecodeTask(graph: self, request: request, key: decodeKey, cacheKeys: keys.cache, isFinal: isFinal)
+            }
             if let task = decodePool[decodeKey] { return task }
-            let task = DecodeTask(graph: self, request: request, key: decodeKey)
+            let task = DecodeTask(graph: self, request: request, key: decodeKey, cacheKeys: keys.cache, isFinal: isFinal)
             decodePool[decodeKey] = task
             task.onDisposed = { [unowned self] in decodePool[decodeKey] = nil }
             return task
         }
         let key = keys.process[processorCount - 1]
         guard configuration.isTaskCoalescingEnabled else {
-            return ProcessTask(graph: self, request: request, keys: keys, processorCount: processorCount)
+            return ProcessTask(graph: self, request: request, keys: keys, processorCount: processorCount, isFinal: isFinal)
         }
         if let task = processPool[key] { return task }
-        let task = ProcessTask(graph: self, request: request, keys: keys, processorCount: processorCount)
+        let task = ProcessTask(graph: self, request: request, keys: keys, processorCount: processorCount, isFinal: isFinal)
         processPool[key] = task
         task.onDisposed = { [unowned self] in processPool[key] = nil }
         return task
@@ -151,10 +162,16 @@ protocol RootTask: AnyObject {
 struct ImageResult: Sendable {
     var container: ImageContainer
     var urlResponse: URLResponse?
+    /// The cache layer the image (or the bytes it was made from) came from.
+    var cacheType: CacheType?
 }
 
 /// Original bytes and the response they came with.
 struct FetchedData: Sendable {
     var data: Data
     var urlResponse: URLResponse?
+    /// `.disk` when the bytes came from the disk cache (fresh, or renewed by a 304).
+    var cacheType: CacheType? = nil
+    /// The server answered `304 Not Modified` to a conditional request (no bytes).
+    var isNotModified = false
 }

@@ -2,20 +2,22 @@ import Foundation
 
 /// The decode stage: subscribes to the fetch stage, then decodes the bytes at the request's
 /// decode size on a decoding worker thread.
-final class DecodeTask: SharedTask<ImageResult>, @unchecked Sendable { // state guarded by graph.lock
-    let request: ImageRequest
+final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded by graph.lock
     let key: DecodeKey
 
-    init(graph: WorkGraph, request: ImageRequest, key: DecodeKey) {
-        self.request = request
+    init(graph: WorkGraph, request: ImageRequest, key: DecodeKey, cacheKeys: RequestCacheKeys?, isFinal: Bool) {
         self.key = key
-        super.init(graph: graph, stage: .decode)
+        super.init(graph: graph, request: request, cacheKeys: cacheKeys, isFinal: isFinal, stage: .decode)
     }
 
     override var keyDescription: String { key.description }
 
-    override func start() {
-        dependency = graph.fetchTask(for: request, key: key.fetch).subscribe(priority: priority) { [self] event in
+    override func startBelow() {
+        let fetch = graph.fetchTask(for: request, key: key.fetch, diskKey: cacheKeys?.diskOriginal)
+        // Under `.storeEncodedImages`, original bytes are written only for requests that show
+        // the original itself (no processors, no decode size): their "processed" image is it.
+        if request.processors.isEmpty && request.thumbnail == nil { fetch.wantsOriginalOnDisk = true }
+        dependency = fetch.subscribe(priority: priority) { [self] event in
             switch event {
             case .progress(let progress): send(progress: progress)
             case .failure(let error): fail(error)
@@ -34,17 +36,13 @@ final class DecodeTask: SharedTask<ImageResult>, @unchecked Sendable { // state 
         let queue = configuration.decodingQueue
         let item = queue.enqueue(priority: priority) { [self] in
             graph.metricsStore.withLock { $0.decodes += 1 }
-            let result: Result<ImageContainer, ImagePipeline.Error>
             do {
-                result = .success(try decoder.decode(fetched.data, context: context))
+                let container = try decoder.decode(fetched.data, context: context)
+                deliver(ImageResult(container: container, urlResponse: fetched.urlResponse, cacheType: fetched.cacheType))
             } catch {
-                result = .failure(.decodingFailed(error))
-            }
-            graph.sync {
-                operation = nil
-                switch result {
-                case .success(let container): finish(with: ImageResult(container: container, urlResponse: fetched.urlResponse))
-                case .failure(let error): fail(error)
+                graph.sync {
+                    operation = nil
+                    fail(.decodingFailed(error))
                 }
             }
         }
@@ -53,25 +51,28 @@ final class DecodeTask: SharedTask<ImageResult>, @unchecked Sendable { // state 
 }
 
 /// A processing stage: subscribes to the stage below (the previous processor prefix, or the
-/// decode), then applies one processor on a processing worker thread.
-final class ProcessTask: SharedTask<ImageResult>, @unchecked Sendable { // state guarded by graph.lock
-    let request: ImageRequest
+/// decode) — or starts from that prefix's image when the memory cache had it — then applies one
+/// processor on a processing worker thread.
+final class ProcessTask: ImageStageTask, @unchecked Sendable { // state guarded by graph.lock
     let keys: RequestKeys
     let processorCount: Int
 
-    init(graph: WorkGraph, request: ImageRequest, keys: RequestKeys, processorCount: Int) {
-        self.request = request
+    init(graph: WorkGraph, request: ImageRequest, keys: RequestKeys, processorCount: Int, isFinal: Bool) {
         self.keys = keys
         self.processorCount = processorCount
-        super.init(graph: graph, stage: .process)
+        super.init(graph: graph, request: request, cacheKeys: keys.cache, isFinal: isFinal, stage: .process)
     }
 
     var key: ProcessKey { keys.process[processorCount - 1] }
 
     override var keyDescription: String { key.description }
 
-    override func start() {
-        let below = graph.imageTask(for: request, keys: keys, processorCount: processorCount - 1)
+    override func startBelow() {
+        if let prefix = keys.cachedPrefix, prefix.count == processorCount - 1 {
+            process(ImageResult(container: prefix.container, urlResponse: nil, cacheType: .memory))
+            return
+        }
+        let below = graph.imageTask(for: request, keys: keys, processorCount: processorCount - 1, isFinal: false)
         dependency = below.subscribe(priority: priority) { [self] event in
             switch event {
             case .progress(let progress): send(progress: progress)
@@ -88,20 +89,15 @@ final class ProcessTask: SharedTask<ImageResult>, @unchecked Sendable { // state
         let queue = graph.configuration.processingQueue
         let item = queue.enqueue(priority: priority) { [self] in
             graph.metricsStore.withLock { $0.processorApplications += 1 }
-            let result: Result<ImageResult, ImagePipeline.Error>
             do {
                 var output = input
                 output.container.image = try processor.process(input.container.image)
                 output.container.data = nil
-                result = .success(output)
+                deliver(output)
             } catch {
-                result = .failure(.processingFailed(processor: processor.identifier, error))
-            }
-            graph.sync {
-                operation = nil
-                switch result {
-                case .success(let output): finish(with: output)
-                case .failure(let error): fail(error)
+                graph.sync {
+                    operation = nil
+                    fail(.processingFailed(processor: processor.identifier, error))
                 }
             }
         }

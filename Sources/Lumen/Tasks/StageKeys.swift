@@ -10,7 +10,14 @@ import FoundationNetworking
 /// `Proxy-Authorization` and the request's ``ImageRequest/credentialHeaders``. Requests with
 /// different credentials never share a download, so one user's image is never handed to
 /// another. Timeouts and other headers don't change the bytes and are not part of the key.
+/// The options that change how the fetch uses the disk cache (reload, cache-only, disk reads
+/// and writes off) are part of it too, so a reload never joins a fetch served from disk.
 struct FetchKey: Hashable, Sendable, CustomStringConvertible {
+    /// The request options the fetch stage acts on.
+    static let fetchOptions: ImageRequest.Options = [
+        .reloadIgnoringCachedData, .returnCacheDataDontLoad, .disableDiskCacheReads, .disableDiskCacheWrites,
+    ]
+
     static let standardCredentialHeaders: Set<String> = ["authorization", "cookie", "proxy-authorization"]
 
     var identity: String
@@ -20,9 +27,12 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
     var cachePolicy: UInt
     /// Credential header values by lower-cased name; only headers that are present.
     var credentials: [String: String]
+    /// The request's ``fetchOptions``.
+    var cacheOptions: UInt16 = 0
 
     init(_ request: ImageRequest) {
         self = request.fetchKey
+        cacheOptions = request.options.intersection(Self.fetchOptions).rawValue
     }
 
     init(resource: ImageRequest.Resource, credentialHeaders: Set<String>) {
@@ -58,6 +68,7 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
         var text = isClosure ? "data(id: \(identity))" : "\(method) \(identity)"
         if cachePolicy != 0 { text += " cachePolicy=\(cachePolicy)" }
         if !credentials.isEmpty { text += " credentials=[\(credentials.keys.sorted().joined(separator: ","))]" }
+        if cacheOptions != 0 { text += " options=\(cacheOptions)" }
         return text
     }
 }
@@ -119,10 +130,17 @@ struct RequestKeys: Sendable {
     var decode: DecodeKey
     /// `process[i]` is the key of the stage applying the first `i + 1` processors.
     var process: [ProcessKey]
+    /// The request's cache keys; `nil` when the pipeline has no cache.
+    var cache: RequestCacheKeys?
+    /// An intermediate result found in the memory cache before the request subscribed: the
+    /// image with the first `count` processors applied (never the final image, which answers
+    /// the request at once).
+    var cachedPrefix: (count: Int, container: ImageContainer)?
 
-    init(_ request: ImageRequest) {
+    init(_ request: ImageRequest, memoryCache: Bool = false, diskCache: Bool = false) {
         decode = DecodeKey(request)
         let count = request.processors.count
         process = count == 0 ? [] : (1...count).map { [decode] in ProcessKey(decode: decode, request: request, processorCount: $0) }
+        cache = memoryCache || diskCache ? RequestCacheKeys(request, memory: memoryCache, disk: diskCache) : nil
     }
 }
