@@ -76,13 +76,19 @@ extension ImageProcessors {
             }
             if !upscale { scale = min(scale, 1) }
             // The side that decides the scale lands exactly on its target, free of rounding.
-            let sw = scale == sx ? width! : max(1, Int((Double(w) * scale).rounded()))
-            let sh = scale == sy ? height! : max(1, Int((Double(h) * scale).rounded()))
+            let sw = scale == sx ? width! : max(1, Int(min((Double(w) * scale).rounded(), 1e12)))
+            let sh = scale == sy ? height! : max(1, Int(min((Double(h) * scale).rounded(), 1e12)))
             return (sw, sh)
         }
 
+        /// The largest image a resize produces, in pixels (100 megapixels, the decoder's
+        /// default limit): an upscale past it throws ``ImagingError/tooLarge(width:height:)``.
+        public static let maximumOutputPixelCount = 100_000_000
+
         public func process(_ image: Bitmap) throws -> Bitmap {
             let (sw, sh) = scaledSize(imageWidth: image.width, imageHeight: image.height)
+            let (area, overflow) = sw.multipliedReportingOverflow(by: sh)
+            if overflow || area > Self.maximumOutputPixelCount { throw ImagingError.tooLarge(width: sw, height: sh) }
             var output = Resampler.resample(image, width: sw, height: sh, filter: filter)
             if crop && contentMode == .aspectFill {
                 let cw = min(width ?? sw, sw), ch = min(height ?? sh, sh)
