@@ -154,21 +154,24 @@ final class NaiveLoad: FeedLoad {
                 finished()
             }
             let data: Data = try await withCheckedThrowingContinuation { continuation in
-                let dataTask = session.dataTask(with: url) { data, response, error in
-                    if let error { return continuation.resume(throwing: error) }
-                    guard let data, let http = response as? HTTPURLResponse, http.statusCode == 200 else {
-                        return continuation.resume(throwing: BenchError("\(url.path): unexpected response \(String(describing: response))"))
+                // The data task is made only if the view is still there: a task that exists is
+                // resumed, so its completion handler runs exactly once.
+                let dataTask = state.withLock { state -> URLSessionDataTask? in
+                    guard !state.isCancelled else { return nil }
+                    let dataTask = session.dataTask(with: url) { data, response, error in
+                        if let error { return continuation.resume(throwing: error) }
+                        guard let data, let http = response as? HTTPURLResponse, http.statusCode == 200 else {
+                            return continuation.resume(throwing: BenchError("\(url.path): unexpected response \(String(describing: response))"))
+                        }
+                        continuation.resume(returning: data)
                     }
-                    continuation.resume(returning: data)
+                    state.dataTask = dataTask
+                    return dataTask
                 }
-                let cancelled = state.withLock { state -> Bool in
-                    if !state.isCancelled { state.dataTask = dataTask }
-                    return state.isCancelled
-                }
-                if cancelled {
-                    continuation.resume(throwing: CancellationError())
-                } else {
+                if let dataTask {
                     dataTask.resume()
+                } else {
+                    continuation.resume(throwing: CancellationError())
                 }
             }
             if state.withLock({ $0.isCancelled }) { throw CancellationError() }

@@ -9,6 +9,10 @@ struct FeedReport {
     var wallRatio: Double { naive.wallSeconds / max(lumen.wallSeconds, 1e-9) }
     var decodedMPRatio: Double { naive.decodedMegapixels / max(lumen.decodedMegapixels, 1e-9) }
     var peakMemoryRatio: Double { Double(naive.peakRSSBytes) / Double(max(lumen.peakRSSBytes, 1)) }
+    /// The same, counting only what each replay added to its process's starting footprint.
+    var memoryGrowthRatio: Double {
+        Double(naive.peakRSSBytes - naive.startRSSBytes) / Double(max(lumen.peakRSSBytes - lumen.startRSSBytes, 1))
+    }
     var networkDifference: Int { noCoalescing.networkRequests - lumen.networkRequests }
     var noCoalescingWallRatio: Double { noCoalescing.wallSeconds / max(lumen.wallSeconds, 1e-9) }
     /// Downloads (b) repeated for a URL it was already downloading or had downloaded.
@@ -34,6 +38,8 @@ struct FeedReport {
             ("shared work cancelled", { "\($0.workCancelled)" }),
             ("peak concurrent downloads", { "\($0.peakConcurrentRequests)" }),
             ("peak memory (RSS)", { mb($0.peakRSSBytes) }),
+            ("  growth during the replay", { mb($0.peakRSSBytes - $0.startRSSBytes) }),
+            ("CPU time", { String(format: "%.2f s", $0.cpuSeconds) }),
             ("wall time", { String(format: "%.2f s", $0.wallSeconds) }),
         ]
         var lines = [pad("", 32) + pad("lumen", 14) + pad("noCoalescing", 14) + "naive"]
@@ -45,14 +51,18 @@ struct FeedReport {
 
     /// The ratios, each with its goal from the issue.
     var ratios: String {
-        [
-            String(format: "naive / lumen wall time        %6.1f×  (goal ≥ 5×)", wallRatio),
-            String(format: "naive / lumen decoded MP       %6.1f×  (goal ≥ 10×)", decodedMPRatio),
-            String(format: "naive / lumen peak memory      %6.1f×  (goal ≥ 4×)", peakMemoryRatio),
-            "lumen network requests         \(lumen.networkRequests) for \(lumen.distinctURLs) distinct URLs  (goal: equal)",
-            "noCoalescing − lumen requests  \(networkDifference) network requests; duplicates eliminated \(duplicatesEliminated) (noCoalescing's downloads beyond one per URL; lumen joined running work \(lumen.joins) times)  (goal: equal)",
-            String(format: "noCoalescing / lumen wall time %6.2f×  (goal > 1×)", noCoalescingWallRatio),
-        ].joined(separator: "\n")
+        func verdict(_ met: Bool) -> String { met ? "met" : "MISSED" }
+        return [
+            String(format: "naive / lumen wall time        %6.1f×  goal ≥ 5×: %@", wallRatio, verdict(wallRatio >= 5)),
+            String(format: "naive / lumen decoded MP       %6.1f×  goal ≥ 10×: %@", decodedMPRatio, verdict(decodedMPRatio >= 10)),
+            String(format: "naive / lumen peak memory      %6.1f×  goal ≥ 4×: %@ (growth during the replay: %.1f×)",
+                   peakMemoryRatio, verdict(peakMemoryRatio >= 4), memoryGrowthRatio),
+            "lumen network requests         \(lumen.networkRequests) for \(lumen.distinctURLs) distinct URLs  goal equal: \(verdict(lumen.networkRequests == lumen.distinctURLs))",
+            "noCoalescing − lumen requests  \(networkDifference); duplicates eliminated \(duplicatesEliminated) (noCoalescing's downloads beyond one per URL)  goal equal: \(verdict(networkDifference == duplicatesEliminated))",
+            networkDifference == duplicatesEliminated ? nil
+                : "                               (they differ by the distinct URLs each fetched, \(noCoalescing.distinctURLs) vs \(lumen.distinctURLs): prefetches and flung cells cancelled before their request left)",
+            String(format: "noCoalescing / lumen wall time %6.2f×  goal > 1×: %@", noCoalescingWallRatio, verdict(noCoalescingWallRatio > 1)),
+        ].compactMap { $0 }.joined(separator: "\n")
     }
 
     /// The claims that must hold for the demo to pass; each failure is a message.
@@ -63,9 +73,6 @@ struct FeedReport {
         }
         if lumen.networkRequests != lumen.distinctURLs {
             found.append("lumen made \(lumen.networkRequests) network requests for \(lumen.distinctURLs) distinct URLs (a URL was downloaded \(lumen.maxRequestsPerURL) times)")
-        }
-        if noCoalescing.networkRequests < lumen.networkRequests {
-            found.append("coalescing off made fewer network requests (\(noCoalescing.networkRequests)) than on (\(lumen.networkRequests))")
         }
         return found
     }
@@ -78,6 +85,7 @@ struct FeedReport {
             "naiveOverLumenWallTime": round3(wallRatio),
             "naiveOverLumenDecodedMegapixels": round3(decodedMPRatio),
             "naiveOverLumenPeakRSS": round3(peakMemoryRatio),
+            "naiveOverLumenPeakRSSGrowth": round3(memoryGrowthRatio),
             "noCoalescingMinusLumenNetworkRequests": networkDifference,
             "duplicatesEliminated": duplicatesEliminated,
             "lumenJoins": lumen.joins,

@@ -35,7 +35,12 @@ struct FeedRunStats: Codable, Sendable {
     var joins = 0
     var workCancelled = 0
     var peakRSSBytes = 0
+    /// Resident memory when the replay started (the process's baseline: runtime, libraries,
+    /// the loader set up).
+    var startRSSBytes = 0
     var wallSeconds = 0.0
+    /// CPU time (user + system) the replay used, all threads.
+    var cpuSeconds = 0.0
     // Seen by the server in the parent.
     var networkRequests = 0
     var distinctURLs = 0
@@ -54,7 +59,9 @@ struct FeedRunStats: Codable, Sendable {
             "decodedMegapixels": (decodedMegapixels * 1000).rounded() / 1000,
             "memoryHits": memoryHits, "diskHits": diskHits, "joins": joins,
             "cancelledRequests": cancelledRequests, "workCancelled": workCancelled,
-            "peakRSSBytes": peakRSSBytes, "wallSeconds": (wallSeconds * 10000).rounded() / 10000,
+            "peakRSSBytes": peakRSSBytes, "startRSSBytes": startRSSBytes,
+            "peakRSSGrowthBytes": peakRSSBytes - startRSSBytes, "cpuSeconds": (cpuSeconds * 10000).rounded() / 10000,
+            "wallSeconds": (wallSeconds * 10000).rounded() / 10000,
             "peakConcurrentRequests": peakConcurrentRequests, "failures": failures.count,
         ]
     }
@@ -144,10 +151,13 @@ struct FeedRunner {
         }
         let replayer = FeedReplayer(trace: trace, photos: photoURLs, avatars: avatarURLs, loader: loader,
                                     sheetLimit: sheet == nil ? 0 : 40)
+        var stats = FeedRunStats()
+        stats.startRSSBytes = currentResidentBytes()
+        let cpuStart = cpuSeconds()
         let start = monotonicSeconds()
         let outcome = runBlocking { await replayer.run() }
-        var stats = FeedRunStats()
         stats.wallSeconds = monotonicSeconds() - start
+        stats.cpuSeconds = cpuSeconds() - cpuStart
         stats.peakRSSBytes = peakResidentBytes()
         stats.requests = outcome.requests
         stats.prefetches = outcome.prefetches
@@ -172,6 +182,22 @@ struct FeedRunner {
         let data = try JSONEncoder().encode(stats)
         print(String(decoding: data, as: UTF8.self))
     }
+}
+
+/// This process's resident set size now, in bytes (`/proc/self/statm`).
+func currentResidentBytes() -> Int {
+    guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+    let fields = statm.split(separator: " ")
+    guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
+    return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+}
+
+/// CPU time (user + system) this process has used, in seconds.
+func cpuSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
 /// Runs `body` on the cooperative pool and blocks this (non-pool) thread until it returns.

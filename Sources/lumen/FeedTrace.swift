@@ -19,12 +19,12 @@ import Foundation
 /// The full trace (seed 42): scroll 0→20 with a detail view of a 3 MP photo on the way, fling
 /// to 32, scroll to 44, scroll back up to 36 (cells seen before), fling to 56 (over seen cells
 /// and new ones), scroll to 62: 72 cells, 50 of them shown until loaded. Three 12 MP photos
-/// are shown in cells, a fourth is flung past. About a quarter of the shown cells repost a photo shown earlier; avatar 0
-/// appears in about 40% of the cells and every avatar is first shown in the opening screens.
-/// Cells that are only ever flung past or prefetched get photos of their own (a photo whose
-/// download a fling cancelled is not asked for again), so a loader that shares and caches
-/// everything makes exactly one network request per distinct URL. The quick trace (tests) has
-/// the same shape on 28 cells.
+/// are shown in cells, a fourth is flung past. About a quarter of the shown cells repost a
+/// photo shown earlier. Avatar 0 appears in about 40% of the cells (twice on the first
+/// screen), and every avatar is shown in the opening screens. Cells that are only ever flung
+/// past or prefetched get photos of their own (a photo whose download a fling cancelled is not
+/// asked for again), so a loader that shares and caches everything makes exactly one network
+/// request per distinct URL. The quick trace (tests) has the same shape on 28 cells.
 struct FeedTrace: Sendable {
     struct Cell: Sendable, Hashable {
         /// Index into the catalogue's photos.
@@ -125,9 +125,15 @@ struct FeedTrace: Sendable {
             precondition(!fresh.isEmpty, "FeedTrace: the catalogue has too few photos for this trace")
             photoOf[cell] = fresh.removeFirst()
         }
-        // Avatars: the first screens show each once, then avatar 0 in ~40% of the cells.
+        // Avatars: the opening cells show every avatar, avatar 0 twice on the first screen
+        // (0, 1, 2, 0, 3, 4, 0, 5); then avatar 0 in ~40% of the cells.
+        var opening: [Int] = []
+        for a in 1..<max(1, avatarCount) {
+            if a % 2 == 1 { opening.append(0) }
+            opening.append(a)
+        }
         trace.cells = (0..<cellCount).map { cell in
-            let avatar = cell < avatarCount ? cell : rng.unit() < 0.4 ? 0 : Int(rng.next() % UInt64(avatarCount))
+            let avatar = cell < opening.count ? opening[cell] : rng.unit() < 0.4 ? 0 : Int(rng.next() % UInt64(avatarCount))
             return Cell(photo: photoOf[cell]!, avatar: avatar)
         }
         return trace
