@@ -31,13 +31,13 @@ struct CountingDecoder: ImageDecoding {
     }
 }
 
-/// Lumen as a feed uses it: one pipeline; visible cells load at normal priority; the prefetch
-/// window loads the same requests at low priority (memory destination) and is cancelled when
-/// it moves on.
+/// Lumen as a feed uses it: one pipeline; visible cells load at normal priority; an
+/// ``ImagePrefetcher`` (its defaults: low priority, 2 at a time, decoded into memory) loads the
+/// prefetch window and stops what leaves it.
 final class LumenFeedLoader: FeedLoading {
     let pipeline: ImagePipeline
+    let prefetcher: ImagePrefetcher
     let counter = FeedDecodeCounter()
-    private let prefetches = Mutex<[FeedImageRef: ImageTask]>([:])
 
     /// A loader over a pipeline with the default configuration (its own memory cache) plus a
     /// disk cache in `cacheDirectory` (empty: every run starts cold), with coalescing as
@@ -47,7 +47,8 @@ final class LumenFeedLoader: FeedLoading {
         configuration.isTaskCoalescingEnabled = coalescing
         configuration.decoder = CountingDecoder(counter: counter)
         configuration.dataCache = DataCache(name: "feed", directory: cacheDirectory)
-        self.pipeline = ImagePipeline(configuration: configuration)
+        pipeline = ImagePipeline(configuration: configuration)
+        prefetcher = ImagePrefetcher(pipeline: pipeline)
     }
 
     static func request(_ ref: FeedImageRef, priority: ImageRequest.Priority) -> ImageRequest {
@@ -59,19 +60,16 @@ final class LumenFeedLoader: FeedLoading {
     }
 
     func startPrefetching(_ refs: [FeedImageRef]) {
-        for ref in refs {
-            let task = pipeline.imageTask(with: Self.request(ref, priority: .low))
-            let replaced = prefetches.withLock { $0.updateValue(task, forKey: ref) }
-            replaced?.cancel()
-        }
+        prefetcher.startPrefetching(with: refs.map { Self.request($0, priority: .low) })
     }
 
     func stopPrefetching(_ refs: [FeedImageRef]) {
-        let tasks = prefetches.withLock { p in refs.compactMap { p.removeValue(forKey: $0) } }
-        for task in tasks { task.cancel() }
+        prefetcher.stopPrefetching(with: refs.map { Self.request($0, priority: .low) })
     }
 
     func drain() async {
+        prefetcher.stopPrefetching()
+        await prefetcher.waitUntilIdle()
         await pipeline.waitForMetrics { $0.liveTasks == 0 && $0.liveRequests == 0 }
     }
 }

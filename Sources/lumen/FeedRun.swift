@@ -47,6 +47,8 @@ struct FeedRunStats: Codable, Sendable {
     var maxRequestsPerURL = 0
     var bytesDownloaded = 0
     var peakConcurrentRequests = 0
+    /// Network requests per path (not printed: the report compares runs with it).
+    var requestsByPath: [String: Int] = [:]
 
     var decodedMegapixels: Double { Double(decodedPixels) / 1e6 }
 
@@ -134,6 +136,7 @@ struct FeedRunner {
         stats.maxRequestsPerURL = seen.requestsByPath.values.max() ?? 0
         stats.bytesDownloaded = seen.bodyBytesSent
         stats.peakConcurrentRequests = seen.peakInFlightRequests
+        stats.requestsByPath = seen.requestsByPath
         return stats
     }
 

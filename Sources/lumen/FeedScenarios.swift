@@ -80,22 +80,26 @@ struct FeedScenarios: Sendable {
             server.setLatency(.milliseconds(15), for: path)
             return url
         }
-        var configuration = ImagePipeline.Configuration()
-        configuration.dataLoadingQueue = WorkQueue(name: "demo.prefetch", maxConcurrentCount: limit, execution: .tasks)
-        let pipeline = ImagePipeline(configuration: configuration)
+        let pipeline = ImagePipeline()
+        let prefetcher = ImagePrefetcher(pipeline: pipeline, maxConcurrentRequestCount: limit)
         server.resetStatistics()
-        let tasks = urls.map { pipeline.imageTask(with: thumbnail($0, priority: .low)) }
-        for task in tasks { _ = try await task.image }
+        prefetcher.startPrefetching(with: urls.map { thumbnail($0) })
+        await prefetcher.waitUntilIdle()
         let stats = server.statistics
         let m = pipeline.metrics
+        let outcomes = prefetcher.outcomes
         var violations: [String] = []
         if stats.peakInFlightRequests > limit {
             violations.append("bounded prefetch: \(stats.peakInFlightRequests) requests in flight at once, limit \(limit)")
         }
-        if stats.totalRequests != count { violations.append("bounded prefetch: \(stats.totalRequests) network requests for \(count) URLs") }
+        if stats.totalRequests != count || outcomes.succeeded != count {
+            violations.append("bounded prefetch: \(stats.totalRequests) network requests and \(outcomes.succeeded) prefetches done for \(count) URLs")
+        }
+        let cached = urls.filter { pipeline.cache.containsCachedImage(for: thumbnail($0)) }.count
+        if cached != count { violations.append("bounded prefetch: \(cached) of \(count) prefetched images are in the memory cache") }
         return Outcome(name: "bounded prefetch", lines: [
-            "\(count) low-priority prefetches, limit \(limit), each response delayed 15 ms by the server",
-            "peak concurrent requests at the server: \(stats.peakInFlightRequests) (limit \(limit)) · pipeline peak: \(m.peakNetworkRequestsInFlight) · network requests: \(stats.totalRequests) · all \(count) done",
+            "ImagePrefetcher(maxConcurrentRequestCount: \(limit)) given \(count) URLs at once; the server delays each response 15 ms",
+            "peak concurrent requests at the server: \(stats.peakInFlightRequests) (limit \(limit)) · pipeline peak: \(m.peakNetworkRequestsInFlight) · network requests: \(stats.totalRequests) · prefetched: \(outcomes.succeeded), in the memory cache: \(cached)",
         ], violations: violations, json: ["prefetches": count, "limit": limit, "serverPeakInFlight": stats.peakInFlightRequests, "networkRequests": stats.totalRequests])
     }
 
