@@ -150,13 +150,18 @@ struct FeedReplayer {
             case .scroll(let p):
                 await moveWindow(to: p, forward: p >= position)
             case .fling(let p):
-                // The fling starts: prefetching stops, the screen empties, and every cell in
-                // between passes by before its loads can finish.
-                movePrefetchWindow(to: [])
+                // The screen empties, and every cell in between passes through it before its
+                // loads can finish: it appears (its loads start, joining its prefetch if one
+                // runs), leaves the prefetch window, and disappears (its loads are cancelled).
+                // No new prefetches start during the fling; the landing moves the window on.
                 for (_, state) in visible { hide(state) }
                 visible = [:]
+                let ahead = trace.prefetchWindow(at: position, forward: true)
                 for cell in trace.flungPast(from: position, to: p) {
-                    hide(show(cell))
+                    let passing = show(cell)
+                    movePrefetchWindow(to: ((cell + 1)..<max(cell + 1, ahead.upperBound)).filter { $0 < trace.cells.count }
+                        .flatMap { [photoRef($0), avatarRef($0)] })
+                    hide(passing)
                 }
                 await moveWindow(to: p, forward: true)
             case .openDetail(let cell):

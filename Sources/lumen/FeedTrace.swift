@@ -10,21 +10,24 @@ import Foundation
 /// - `scroll(to:)` — slow scrolling, one cell at a time: the cells entering the window start
 ///   loading, the cells leaving it are cancelled, the prefetch window moves, and the replay
 ///   waits until every visible cell shows its photo and avatar (the user is reading).
-/// - `fling(to:)` — a fast fling: the prefetches are stopped, and every cell between the old
-///   and new window appears and disappears at once, before its loads can finish (its loads
-///   are started and cancelled); the landing window is then shown as in a slow scroll.
+/// - `fling(to:)` — a fast fling: every cell between the old and new window appears and
+///   disappears at once, before its loads can finish (its loads are started — joining its
+///   prefetch if one runs — and cancelled; it leaves the prefetch window as it appears); the
+///   landing window is then shown as in a slow scroll, and the prefetch window moves on.
 /// - `openDetail(cell:)` / `closeDetail` — a full-size view of one visible cell's photo, on
 ///   screen together with its thumbnail; the replay waits until it shows.
 ///
-/// The full trace (seed 42): scroll 0→20 with a detail view of a 3 MP photo on the way, fling
-/// to 32, scroll to 44, scroll back up to 36 (cells seen before), fling to 56 (over seen cells
-/// and new ones), scroll to 62: 72 cells, 50 of them shown until loaded. Three 12 MP photos
-/// are shown in cells, a fourth is flung past. About a quarter of the shown cells repost a
-/// photo shown earlier. Avatar 0 appears in about 40% of the cells (twice on the first
-/// screen), and every avatar is shown in the opening screens. Cells that are only ever flung
-/// past or prefetched get photos of their own (a photo whose download a fling cancelled is not
-/// asked for again), so a loader that shares and caches everything makes exactly one network
-/// request per distinct URL. The quick trace (tests) has the same shape on 28 cells.
+/// The full trace (seed 42): scroll 0→16 with a detail view of a 3 MP photo on the way, fling
+/// to 28, scroll to 40, fling to 52, scroll to 68, then back up to 58 over cells seen before:
+/// 78 cells, 56 of them shown until loaded. Three 12 MP photos are shown in cells, a fourth
+/// is flung past. At least a quarter of the shown cells repost a photo shown earlier (more
+/// when the catalogue runs short of fresh photos). Avatar 0 appears in about 40% of the cells
+/// (in the first two), and every avatar is shown in the opening screens. Cells that
+/// are only ever flung past or prefetched get photos of their own, and no cell is loaded
+/// again once its loads may have been cancelled (``simulate()`` checks it), so a loader that
+/// shares and caches everything makes exactly one network request per distinct URL. The
+/// quick trace (tests) has the same shape on 32 cells, with the detail view on its largest
+/// photo (1.9 MP).
 struct FeedTrace: Sendable {
     struct Cell: Sendable, Hashable {
         /// Index into the catalogue's photos.
@@ -69,20 +72,21 @@ struct FeedTrace: Sendable {
             }
         }
         if quick {
-            slow(0, 6, detailAt: 3)
-            steps.append(.fling(to: 16))
-            slow(16, 18)
-            slow(18, 16)
+            slow(0, 4, detailAt: 2)
+            steps.append(.fling(to: 14))
+            slow(14, 22)
+            slow(22, 20)
         } else {
-            slow(0, 20, detailAt: 10)
-            steps.append(.fling(to: 32))
-            slow(32, 44)
-            slow(44, 36)
-            steps.append(.fling(to: 56))
-            slow(56, 62)
+            slow(0, 16, detailAt: 8)
+            steps.append(.fling(to: 28))
+            slow(28, 40)
+            steps.append(.fling(to: 52))
+            slow(52, 68)
+            slow(68, 58)
         }
         var trace = FeedTrace(cells: [], steps: steps, shownCells: [])
-        let (shown, touched) = trace.simulate()
+        let (shown, touched, retouched) = trace.simulate()
+        precondition(retouched.isEmpty, "FeedTrace: cells \(retouched.sorted()) are loaded again after their loads may have been cancelled")
         let cellCount = (touched.max() ?? 0) + 1
         trace.shownCells = shown
 
@@ -125,12 +129,12 @@ struct FeedTrace: Sendable {
             precondition(!fresh.isEmpty, "FeedTrace: the catalogue has too few photos for this trace")
             photoOf[cell] = fresh.removeFirst()
         }
-        // Avatars: the opening cells show every avatar, avatar 0 twice on the first screen
-        // (0, 1, 2, 0, 3, 4, 0, 5); then avatar 0 in ~40% of the cells.
-        var opening: [Int] = []
+        // Avatars: the opening cells show every avatar, avatar 0 in the first two cells (a
+        // user's thread) — 0, 0, 1, 2, 3, 0, 4, 5 —, then avatar 0 in ~40% of the cells.
+        var opening = [0, 0]
         for a in 1..<max(1, avatarCount) {
-            if a % 2 == 1 { opening.append(0) }
             opening.append(a)
+            if a == 3 { opening.append(0) }
         }
         trace.cells = (0..<cellCount).map { cell in
             let avatar = cell < opening.count ? opening[cell] : rng.unit() < 0.4 ? 0 : Int(rng.next() % UInt64(avatarCount))
@@ -139,28 +143,48 @@ struct FeedTrace: Sendable {
         return trace
     }
 
-    /// The cells shown until loaded (in first-shown order) and every cell the trace touches
-    /// (shown, flung past or prefetched).
-    func simulate() -> (shown: [Int], touched: Set<Int>) {
+    /// The cells shown until loaded (in first-shown order), every cell the trace touches
+    /// (shown, flung past or prefetched), and the cells touched again after their loads may
+    /// have been cancelled (flung past, or dropped from the prefetch window unseen) — a trace
+    /// built by ``make`` has none, so that sharing and caching leave one download per URL.
+    func simulate() -> (shown: [Int], touched: Set<Int>, retouched: Set<Int>) {
         var shown: [Int] = []
         var seen = Set<Int>()
         var touched = Set<Int>()
+        var abandoned = Set<Int>()
+        var retouched = Set<Int>()
+        var prefetching = Set<Int>()
         var position = 0
+        func touch(_ c: Int) {
+            if abandoned.contains(c) { retouched.insert(c) }
+            touched.insert(c)
+        }
         for step in steps {
             switch step {
             case .scroll(let p), .fling(let p):
                 if case .fling = step {
-                    for c in flungPast(from: position, to: p) { touched.insert(c) }
+                    for c in flungPast(from: position, to: p) {
+                        touch(c)
+                        prefetching.remove(c)
+                        if !seen.contains(c) { abandoned.insert(c) }
+                    }
                 }
                 let forward = p >= position
-                for c in p..<(p + visibleCount) where seen.insert(c).inserted { shown.append(c) }
-                for c in prefetchWindow(at: p, forward: forward) { touched.insert(c) }
+                let window = p..<(p + visibleCount)
+                for c in window {
+                    touch(c)
+                    if seen.insert(c).inserted { shown.append(c) }
+                }
+                let ahead = Set(prefetchWindow(at: p, forward: forward))
+                for c in prefetching.subtracting(ahead) where !window.contains(c) && !seen.contains(c) { abandoned.insert(c) }
+                for c in ahead.subtracting(prefetching) { touch(c) }
+                prefetching = ahead
                 position = p
             case .openDetail, .closeDetail:
                 break
             }
         }
-        return (shown, touched.union(seen))
+        return (shown, touched.union(seen), retouched)
     }
 
     /// The cells that appear and disappear during a fling from window position `from` to `to`
