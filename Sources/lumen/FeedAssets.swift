@@ -87,11 +87,12 @@ enum FeedAssets {
     }
 
     /// Generates the files that are missing (on every core) and returns how many it made and
-    /// how long that took.
-    static func prepare(_ assets: [FeedAsset]) throws -> (generated: Int, seconds: Double) {
+    /// how long that took; `willGenerate` is told how many are missing before the work starts.
+    static func prepare(_ assets: [FeedAsset], willGenerate: (Int) -> Void = { _ in }) throws -> (generated: Int, seconds: Double) {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let missing = assets.filter { !FileManager.default.fileExists(atPath: file(for: $0).path) }
             .sorted { $0.width * $0.height > $1.width * $1.height } // biggest first: better balance
+        if !missing.isEmpty { willGenerate(missing.count) }
         let start = monotonicSeconds()
         let failures = FailureList()
         parallelForEach(missing.count, concurrency: ProcessInfo.processInfo.activeProcessorCount) { i in

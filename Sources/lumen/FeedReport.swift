@@ -38,7 +38,7 @@ struct FeedReport {
             ("requests (visible + detail)", { "\($0.requests)" }),
             ("prefetches", { "\($0.prefetches)" }),
             ("network requests", { "\($0.networkRequests)" }),
-            ("distinct URLs", { "\($0.distinctURLs)" }),
+            ("distinct URLs fetched", { "\($0.distinctURLs)" }),
             ("most requests for one URL", { "\($0.maxRequestsPerURL)" }),
             ("bytes downloaded", { mb($0.bytesDownloaded) }),
             ("decodes", { "\($0.decodes)" }),

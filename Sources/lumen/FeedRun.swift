@@ -84,8 +84,10 @@ struct FeedRunner {
         let (photos, avatars) = FeedAssets.catalogue(quick: quick)
         self.photos = photos
         self.avatars = avatars
-        let prepared = try FeedAssets.prepare(photos + avatars)
         let totalMP = (photos + avatars).reduce(0) { $0 + $1.megapixels }
+        let prepared = try FeedAssets.prepare(photos + avatars) { missing in
+            progress("generating \(missing) photo-like images (once per machine; later runs reuse them)…")
+        }
         if prepared.generated > 0 {
             progress(String(format: "generated %d of %d images (%.0f MP in all) in %.1f s into %@",
                             prepared.generated, photos.count + avatars.count, totalMP, prepared.seconds, FeedAssets.directory.path))
