@@ -59,6 +59,8 @@ final class LumenFeedLoader: FeedLoading {
         LumenLoad(task: pipeline.imageTask(with: Self.request(ref, priority: priority)))
     }
 
+    var prefetches: Bool { true }
+
     func startPrefetching(_ refs: [FeedImageRef]) {
         prefetcher.startPrefetching(with: refs.map { Self.request($0, priority: .low) })
     }
@@ -124,6 +126,7 @@ final class NaiveFeedLoader: FeedLoading {
         return load
     }
 
+    var prefetches: Bool { false }
     func startPrefetching(_ refs: [FeedImageRef]) {}
     func stopPrefetching(_ refs: [FeedImageRef]) {}
 

@@ -18,7 +18,9 @@ protocol FeedLoad: Sendable {
 /// A loader under test, as the replay drives it: visible loads, and a prefetch window.
 protocol FeedLoading: Sendable {
     /// Starts loading `ref` for a visible cell (or the detail view) at `priority`.
-    func load(_ ref: FeedImageRef, priority: ImageRequest.Priority) -> FeedLoad
+    func load(_ ref: FeedImageRef, priority: ImageRequest.Priority) -> any FeedLoad
+    /// Whether the loader prefetches at all.
+    var prefetches: Bool { get }
     /// Starts prefetching `refs` (loaders without prefetching ignore it).
     func startPrefetching(_ refs: [FeedImageRef])
     /// Stops prefetching `refs`.
@@ -32,7 +34,7 @@ protocol FeedLoading: Sendable {
 struct FeedReplayOutcome: Sendable {
     /// Loads for visible cells and detail views.
     var requests = 0
-    /// Prefetches asked for (loaders without prefetching ignore them).
+    /// Prefetches asked for (0 for loaders without prefetching).
     var prefetches = 0
     /// Loads cancelled while still running (their cell disappeared).
     var cancelledRequests = 0
@@ -100,7 +102,7 @@ struct FeedReplayer {
             for ref in refs where !prefetching.contains(ref) && !started.contains(ref) { started.append(ref) }
             if !stopped.isEmpty { loader.stopPrefetching(Array(stopped)) }
             if !started.isEmpty {
-                outcome.prefetches += started.count
+                if loader.prefetches { outcome.prefetches += started.count }
                 loader.startPrefetching(started)
             }
             prefetching = wanted
@@ -144,6 +146,7 @@ struct FeedReplayer {
             }
         }
 
+        // The detail view keeps its image while open, as the cells do.
         var detail: Bitmap?
         for step in trace.steps {
             switch step {
@@ -159,8 +162,9 @@ struct FeedReplayer {
                 let ahead = trace.prefetchWindow(at: position, forward: true)
                 for cell in trace.flungPast(from: position, to: p) {
                     let passing = show(cell)
-                    movePrefetchWindow(to: ((cell + 1)..<max(cell + 1, ahead.upperBound)).filter { $0 < trace.cells.count }
-                        .flatMap { [photoRef($0), avatarRef($0)] })
+                    let remaining = ((cell + 1)..<max(cell + 1, ahead.upperBound)).filter { $0 < trace.cells.count }
+                        .flatMap { [photoRef($0), avatarRef($0)] }
+                    movePrefetchWindow(to: remaining.filter { prefetching.contains($0) })
                     hide(passing)
                 }
                 await moveWindow(to: p, forward: true)
@@ -168,7 +172,7 @@ struct FeedReplayer {
                 outcome.requests += 1
                 let ref = FeedImageRef(url: photos[trace.cells[cell].photo], maxPixelSize: nil)
                 detail = record(await loader.load(ref, priority: .high).value(), cell, "detail")
-                _ = detail
+                _ = detail // read by nobody: held only to occupy memory as a view would
             case .closeDetail:
                 detail = nil
             }

@@ -111,6 +111,9 @@ struct FeedRunner {
         return FeedTrace.make(quick: quick, photoCount: photos.count, largePhotos: large, detailPhoto: detail, avatarCount: avatars.count)
     }
 
+    /// How long a replay may take before it is stopped, in seconds.
+    static let childTimeLimit = 120.0
+
     /// Replays the trace through `variant` in a child process; writes the contact sheet of
     /// the shown cells to `sheet` when given.
     func run(_ variant: FeedVariant, sheet: URL? = nil) throws -> FeedRunStats {
@@ -125,8 +128,16 @@ struct FeedRunner {
         let pipe = Pipe()
         process.standardOutput = pipe
         try process.run()
+        // A replay takes seconds; one that hangs is stopped (and reported) rather than
+        // hanging the demo.
+        let watchdog = DispatchWorkItem { [process] in if process.isRunning { process.terminate() } }
+        DispatchQueue.global().asyncAfter(deadline: .now() + Self.childTimeLimit, execute: watchdog)
         let output = pipe.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
+        watchdog.cancel()
+        if process.terminationReason == .uncaughtSignal {
+            throw BenchError("the \(variant.title) replay was stopped (signal \(process.terminationStatus)) after at most \(Int(Self.childTimeLimit)) s")
+        }
         guard process.terminationStatus == 0,
               let line = String(decoding: output, as: UTF8.self).split(separator: "\n").last,
               var stats = try? JSONDecoder().decode(FeedRunStats.self, from: Data(line.utf8)) else {
