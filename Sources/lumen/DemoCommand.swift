@@ -55,7 +55,13 @@ enum DemoCommand {
         ]
         for (i, variant) in FeedVariant.allCases.enumerated() {
             phase(2 + i, "replaying the feed through " + descriptions[variant]!)
-            let stats = try runner.run(variant, sheet: variant == .lumen ? sheet : nil)
+            let bar: ((Int, Int) -> Void)? = json || !isStandardOutputTerminal ? nil : { done, total in
+                let width = 30, filled = total == 0 ? width : done * width / total
+                let text = "\r        [" + String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled) + "] \(done)/\(total) steps"
+                FileHandle.standardOutput.write(Data(text.utf8))
+            }
+            let stats = try runner.run(variant, sheet: variant == .lumen ? sheet : nil, progress: bar)
+            if bar != nil { FileHandle.standardOutput.write(Data("\r\u{1B}[K".utf8)) }
             say(String(format: "        %.2f s, %d network requests, %.1f decoded MP, peak %.0f MB",
                        stats.wallSeconds, stats.networkRequests, stats.decodedMegapixels, Double(stats.peakRSSBytes) / 1_048_576))
             results[variant] = stats

@@ -50,13 +50,15 @@ struct FeedReplayOutcome: Sendable {
 /// (their loads are cancelled); the prefetch window follows the visible window; a slow
 /// scroll waits until the visible cells show their images, which they keep while visible
 /// (as a view keeps what it displays).
-struct FeedReplayer {
+struct FeedReplayer: Sendable {
     let trace: FeedTrace
     let photos: [URL]
     let avatars: [URL]
     let loader: any FeedLoading
     /// How many shown cells to keep for the contact sheet.
     var sheetLimit = 0
+    /// Told after each step: (steps done, steps in all).
+    var onStep: (@Sendable (Int, Int) -> Void)?
 
     private final class CellState {
         let photo: any FeedLoad
@@ -148,7 +150,8 @@ struct FeedReplayer {
 
         // The detail view keeps its image while open, as the cells do.
         var detail: Bitmap?
-        for step in trace.steps {
+        for (index, step) in trace.steps.enumerated() {
+            defer { onStep?(index + 1, trace.steps.count) }
             switch step {
             case .scroll(let p):
                 await moveWindow(to: p, forward: p >= position)

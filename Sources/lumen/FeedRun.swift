@@ -111,12 +111,16 @@ struct FeedRunner {
         return FeedTrace.make(quick: quick, photoCount: photos.count, largePhotos: large, detailPhoto: detail, avatarCount: avatars.count)
     }
 
+    /// Set in a replay child's environment to have it print its progress.
+    static let progressVariable = "LUMEN_FEED_PROGRESS"
+
     /// How long a replay may take before it is stopped, in seconds.
     static let childTimeLimit = 120.0
 
     /// Replays the trace through `variant` in a child process; writes the contact sheet of
-    /// the shown cells to `sheet` when given.
-    func run(_ variant: FeedVariant, sheet: URL? = nil) throws -> FeedRunStats {
+    /// the shown cells to `sheet` when given. `progress`, when given, is told (steps done,
+    /// steps in all) as the replay goes.
+    func run(_ variant: FeedVariant, sheet: URL? = nil, progress: ((Int, Int) -> Void)? = nil) throws -> FeedRunStats {
         let cacheDirectory = FileManager.default.temporaryDirectory
             .appendingPathComponent("lumen-feed-cache-\(ProcessInfo.processInfo.processIdentifier)-\(variant.rawValue)-\(UUID().uuidString.prefix(8))")
         defer { try? FileManager.default.removeItem(at: cacheDirectory) }
@@ -125,6 +129,9 @@ struct FeedRunner {
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe")
         process.arguments = ["bench-child", "feed", variant.rawValue, server.baseURL.absoluteString,
                              quick ? "quick" : "full", cacheDirectory.path, sheet?.path ?? "-"]
+        if progress != nil {
+            process.environment = ProcessInfo.processInfo.environment.merging([Self.progressVariable: "1"]) { $1 }
+        }
         let pipe = Pipe()
         process.standardOutput = pipe
         try process.run()
@@ -132,15 +139,29 @@ struct FeedRunner {
         // hanging the demo.
         let watchdog = DispatchWorkItem { [process] in if process.isRunning { process.terminate() } }
         DispatchQueue.global().asyncAfter(deadline: .now() + Self.childTimeLimit, execute: watchdog)
-        let output = pipe.fileHandleForReading.readDataToEndOfFile()
+        // Lines "progress DONE TOTAL" while it runs, then one line of JSON.
+        var output = Data(), lastLine = Data()
+        while case let chunk = pipe.fileHandleForReading.availableData, !chunk.isEmpty {
+            output.append(chunk)
+            while let newline = output.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = output[output.startIndex..<newline]
+                output.removeSubrange(output.startIndex...newline)
+                let fields = String(decoding: line, as: UTF8.self).split(separator: " ")
+                if fields.count == 3, fields[0] == "progress", let done = Int(fields[1]), let total = Int(fields[2]) {
+                    progress?(done, total)
+                } else {
+                    lastLine = Data(line)
+                }
+            }
+        }
+        if !output.isEmpty { lastLine = output }
         process.waitUntilExit()
         watchdog.cancel()
         if process.terminationReason == .uncaughtSignal {
             throw BenchError("the \(variant.title) replay was stopped (signal \(process.terminationStatus)) after at most \(Int(Self.childTimeLimit)) s")
         }
         guard process.terminationStatus == 0,
-              let line = String(decoding: output, as: UTF8.self).split(separator: "\n").last,
-              var stats = try? JSONDecoder().decode(FeedRunStats.self, from: Data(line.utf8)) else {
+              var stats = try? JSONDecoder().decode(FeedRunStats.self, from: lastLine) else {
             throw BenchError("the \(variant.title) replay failed (child exit status \(process.terminationStatus))")
         }
         let seen = server.statistics
@@ -165,13 +186,19 @@ struct FeedRunner {
         case .noCoalescing: LumenFeedLoader(coalescing: false, cacheDirectory: cacheDirectory)
         case .naive: NaiveFeedLoader()
         }
-        let replayer = FeedReplayer(trace: trace, photos: photoURLs, avatars: avatarURLs, loader: loader,
+        var replayer = FeedReplayer(trace: trace, photos: photoURLs, avatars: avatarURLs, loader: loader,
                                     sheetLimit: sheet == nil ? 0 : 40)
+        if ProcessInfo.processInfo.environment[progressVariable] == "1" {
+            replayer.onStep = { done, total in
+                // Every few steps: enough for a bar, too few writes to matter to the timing.
+                if done % 4 == 0 || done == total { print("progress \(done) \(total)") }
+            }
+        }
         var stats = FeedRunStats()
         stats.startRSSBytes = currentResidentBytes()
         let cpuStart = cpuSeconds()
         let start = monotonicSeconds()
-        let outcome = runBlocking { await replayer.run() }
+        let outcome = runBlocking { [replayer] in await replayer.run() }
         stats.wallSeconds = monotonicSeconds() - start
         stats.cpuSeconds = cpuSeconds() - cpuStart
         stats.peakRSSBytes = peakResidentBytes()
