@@ -37,7 +37,7 @@ struct FeedScenarios: Sendable {
     }
 
     private func serve(_ path: String) -> URL {
-        server.serve(path: path, data: photo, contentType: "image/jpeg", etag: "\"\(path.hashValue)\"", cacheControl: "max-age=60")
+        server.serve(path: path, data: photo, contentType: "image/jpeg", etag: "\"risk-\(photo.count)\"", cacheControl: "max-age=60")
         return server.url(for: path)
     }
 

@@ -117,7 +117,9 @@ struct FeedTrace: Sendable {
                 continue
             }
             let photo: Int
-            if shownPhotos.count >= 6 && rng.unit() < 0.25 || fresh.count <= cellCount - shownSet.count {
+            // Fresh photos are kept for the cells never shown (they must not share one).
+            let mustRepost = fresh.count <= cellCount - shownSet.count && !shownPhotos.isEmpty
+            if shownPhotos.count >= 6 && rng.unit() < 0.25 || mustRepost {
                 photo = shownPhotos[Int(rng.next() % UInt64(shownPhotos.count))]
             } else {
                 photo = fresh.removeFirst()
