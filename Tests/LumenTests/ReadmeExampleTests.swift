@@ -27,7 +27,7 @@ struct ReadmeExampleTests {
         let request = ImageRequest(url: avatarURL, processors: [ImageProcessors.Circle()], thumbnail: .maxPixelSize(128))
         async let first = pipeline.image(for: request)
         async let second = pipeline.image(for: request)
-        let (a, b) = try await (first, second)
+        let (a, b) = try await (first, second)  // one download, one decode, one circle
         let again = try await pipeline.image(for: request)
         let png = try again.image.encode(as: .png)
         // --- README example ends ---
@@ -38,6 +38,8 @@ struct ReadmeExampleTests {
         #expect(again.cacheType == .memory)
         #expect(try ImageDecoder.info(for: png).format == .png)
         #expect(pipeline.metrics.networkRequestsStarted == 1)
+        #expect(pipeline.metrics.decode.started == 1)
+        #expect(pipeline.metrics.process.started == 1)
         #expect(server.statistics.totalRequests == 1)
     }
 }
