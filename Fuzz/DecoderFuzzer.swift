@@ -6,6 +6,10 @@
 // report, a leak, a timeout, an allocation over the RSS limit) is a finding. Outputs are
 // checked for the invariants a caller relies on: the pixel buffer matches the bitmap's size,
 // and a sized decode never exceeds the requested size.
+//
+// PNG inputs get their chunk CRCs recomputed before decoding: libspng rejects a bad CRC at
+// once, so without this nearly every mutation would stop at the first chunk. Set
+// LUMEN_FUZZ_DUMP=path to write the bytes actually decoded (for regression tests).
 import Foundation
 import LumenImaging
 
@@ -26,9 +30,40 @@ private func check(_ bitmap: Bitmap, maxSide: Int? = nil, exact: (Int, Int)? = n
     }
 }
 
+/// CRC-32 (ISO 3309, as PNG uses it).
+private let crcTable: [UInt32] = (0..<256).map { n in
+    var c = UInt32(n)
+    for _ in 0..<8 { c = c & 1 != 0 ? 0xEDB8_8320 ^ (c >> 1) : c >> 1 }
+    return c
+}
+
+/// `bytes` with every complete PNG chunk's CRC recomputed.
+private func fixingPNGChecksums(_ bytes: [UInt8]) -> [UInt8] {
+    let signature: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
+    guard bytes.count >= 8, Array(bytes[0..<8]) == signature else { return bytes }
+    var out = bytes
+    var p = 8
+    while p + 12 <= out.count {
+        let length = Int(out[p]) << 24 | Int(out[p + 1]) << 16 | Int(out[p + 2]) << 8 | Int(out[p + 3])
+        let end = p + 8 + length
+        guard length <= Int(Int32.max), end + 4 <= out.count else { break }
+        var c: UInt32 = 0xFFFF_FFFF
+        for i in (p + 4)..<end { c = crcTable[Int((c ^ UInt32(out[i])) & 0xFF)] ^ (c >> 8) }
+        c ^= 0xFFFF_FFFF
+        out[end] = UInt8(c >> 24); out[end + 1] = UInt8(c >> 16 & 0xFF)
+        out[end + 2] = UInt8(c >> 8 & 0xFF); out[end + 3] = UInt8(c & 0xFF)
+        p = end + 4
+    }
+    return out
+}
+
+private let dumpPath = ProcessInfo.processInfo.environment["LUMEN_FUZZ_DUMP"]
+
 @_cdecl("LLVMFuzzerTestOneInput")
 public func lumenFuzzOneInput(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
-    let data = start.map { Data(bytes: $0, count: count) } ?? Data()
+    let raw = start.map { [UInt8](UnsafeRawBufferPointer(start: $0, count: count)) } ?? []
+    let data = Data(fixingPNGChecksums(raw))
+    if let dumpPath { _ = FileManager.default.createFile(atPath: dumpPath, contents: data) }
 
     let info: ImageInfo
     do {
@@ -56,6 +91,14 @@ public func lumenFuzzOneInput(_ start: UnsafeRawPointer?, _ count: Int) -> CInt 
     let fill = DecodeOptions(size: .size(width: 40, height: 24, contentMode: .aspectFill), maximumPixelCount: pixelLimit)
     if let image = try? ImageDecoder.decode(data, options: fill) {
         check(image.bitmap, exact: (40, 24))
+    }
+
+    // Fill with upscaling: extreme aspect ratios must not blow up the intermediate image.
+    let upscale = DecodeOptions(
+        size: .size(width: 48, height: 48, contentMode: .aspectFill), allowsUpscaling: true, maximumPixelCount: pixelLimit)
+    if let image = try? ImageDecoder.decode(data, options: upscale) {
+        check(image.bitmap, exact: (48, 48))
+        precondition(image.bitmap.width == 48 && image.bitmap.height == 48, "upscaled fill gave \(image.bitmap)")
     }
 
     if let frames = try? ImageDecoder.decodeFrames(data, options: full) {

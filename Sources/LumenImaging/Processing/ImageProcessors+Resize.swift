@@ -83,14 +83,17 @@ extension ImageProcessors {
 
         public func process(_ image: Bitmap) throws -> Bitmap {
             let (sw, sh) = scaledSize(imageWidth: image.width, imageHeight: image.height)
-            var output = Resampler.resample(image, width: sw, height: sh, filter: filter)
             if crop && contentMode == .aspectFill {
                 let cw = min(width ?? sw, sw), ch = min(height ?? sh, sh)
                 if cw < sw || ch < sh {
-                    output = output.cropped(x: (sw - cw) / 2, y: (sh - ch) / 2, width: cw, height: ch)
+                    // Only the centre window is resampled: the full scaled image of a thin
+                    // strip filled with upscaling can be millions of rows.
+                    let x = (sw - cw) / 2, y = (sh - ch) / 2
+                    return Resampler.resample(
+                        image, width: sw, height: sh, columns: x..<(x + cw), rows: y..<(y + ch), filter: filter)
                 }
             }
-            return output
+            return Resampler.resample(image, width: sw, height: sh, filter: filter)
         }
 
         public var identifier: String {
