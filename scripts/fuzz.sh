@@ -14,8 +14,9 @@
 # oom-* artifacts go to $FUZZ_WORK (default /tmp/lumen-fuzz/FORMAT). Corpus copies are
 # never written inside the repository. It runs one process under `nice -n 19` with
 # -rss_limit_mb=2048, -malloc_limit_mb=256 (a 4 MP image needs far less: a bigger single
-# allocation is a memory bomb) and -max_len=$FUZZ_MAX_LEN (default 65536); extra libFuzzer flags can be
-# passed in $FUZZ_FLAGS. Minimise a crasher with:
+# allocation is a memory bomb) and -max_len=$FUZZ_MAX_LEN (default 65536); extra libFuzzer
+# flags can be passed in $FUZZ_FLAGS; Fuzz/FORMAT.dict (chunk names, markers) is the dictionary.
+# Minimise a crasher with:
 #   .build/fuzz/decoder-fuzzer -minimize_crash=1 -max_total_time=60 crash-XXXX
 # and turn it into a test in Tests/LumenImagingTests/FuzzRegressionTests.swift.
 # The C libraries are Debian's (not instrumented), so coverage guidance comes from Lumen's
@@ -86,14 +87,16 @@ case "${1:-}" in
         work="${FUZZ_WORK:-/tmp/lumen-fuzz/$format}"
         mkdir -p "$work/corpus" "$work/seeds" "$work/artifacts"
         seed "$format" "$work/seeds"
+        dict=()
+        [ -f "$ROOT/Fuzz/$format.dict" ] && dict=(-dict="$ROOT/Fuzz/$format.dict")
         cd "$work/artifacts"
         # shellcheck disable=SC2086
         nice -n 19 "$BIN" "$work/corpus" "$work/seeds" \
-            -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=${FUZZ_MALLOC_LIMIT_MB:-256} -timeout=10 \
-            -max_len="${FUZZ_MAX_LEN:-65536}" -print_final_stats=1 ${FUZZ_FLAGS:-} ;;
+            -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=${FUZZ_MALLOC_LIMIT_MB:-256} -timeout=25 \
+            -max_len="${FUZZ_MAX_LEN:-65536}" -print_final_stats=1 "${dict[@]}" ${FUZZ_FLAGS:-} ;;
     repro)
         shift
         [ -x "$BIN" ] || build
-        "$BIN" -rss_limit_mb=2048 -malloc_limit_mb="${FUZZ_MALLOC_LIMIT_MB:-256}" -timeout=10 "$@" ;;
+        "$BIN" -rss_limit_mb=2048 -malloc_limit_mb="${FUZZ_MALLOC_LIMIT_MB:-256}" -timeout=25 "$@" ;;
     *) sed -n '2,23p' "$0"; exit 2 ;;
 esac
