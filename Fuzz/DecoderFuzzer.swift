@@ -30,6 +30,16 @@ private func check(_ bitmap: Bitmap, maxSide: Int? = nil, exact: (Int, Int)? = n
     }
 }
 
+private let border = ImageProcessors.Border(color: .white, width: 2)
+private let processors: [any ImageProcessing] = [
+    ImageProcessors.Circle(border: border),
+    ImageProcessors.RoundedCorners(radius: 6, border: border),
+    ImageProcessors.GaussianBlur(radius: 2),
+    ImageProcessors.Grayscale(),
+    ImageProcessors.Resize(size: (24, 24), contentMode: .aspectFill, crop: true, upscale: true),
+    ImageProcessors.Crop(x: 3, y: -2, width: 10, height: 40),
+]
+
 /// CRC-32 (ISO 3309, as PNG uses it).
 private let crcTable: [UInt32] = (0..<256).map { n in
     var c = UInt32(n)
@@ -86,6 +96,16 @@ public func lumenFuzzOneInput(_ start: UnsafeRawPointer?, _ count: Int) -> CInt 
     let small = DecodeOptions(size: .maxPixelSize(64), maximumPixelCount: pixelLimit)
     if let image = try? ImageDecoder.decode(data, options: small) {
         check(image.bitmap, maxSide: 64)
+        // Processors see whatever sizes and formats hostile images decode to.
+        for processor in processors {
+            do {
+                check(try processor.process(image.bitmap))
+            } catch let error as ImagingError {
+                _ = error.description
+            } catch {
+                preconditionFailure("\(processor.identifier) threw a non-ImagingError: \(error)")
+            }
+        }
     }
 
     let fill = DecodeOptions(size: .size(width: 40, height: 24, contentMode: .aspectFill), maximumPixelCount: pixelLimit)

@@ -88,7 +88,12 @@ case "${1:-}" in
         mkdir -p "$work/corpus" "$work/seeds" "$work/artifacts"
         seed "$format" "$work/seeds"
         dict=()
-        [ -f "$ROOT/Fuzz/$format.dict" ] && dict=(-dict="$ROOT/Fuzz/$format.dict")
+        if [ "$format" = all ]; then
+            cat "$ROOT"/Fuzz/*.dict > "$work/all.dict"
+            dict=(-dict="$work/all.dict")
+        elif [ -f "$ROOT/Fuzz/$format.dict" ]; then
+            dict=(-dict="$ROOT/Fuzz/$format.dict")
+        fi
         cd "$work/artifacts"
         # shellcheck disable=SC2086
         nice -n 19 "$BIN" "$work/corpus" "$work/seeds" \
