@@ -6,7 +6,8 @@
 # (`-sanitize=fuzzer,address`), so `swift build` and the product are unaffected.
 #
 #   scripts/fuzz.sh build                 # build .build/fuzz/decoder-fuzzer
-#   scripts/fuzz.sh run FORMAT [SECONDS]  # FORMAT: jpeg | png | webp | gif | all (default 300 s)
+#   scripts/fuzz.sh run FORMAT [SECONDS]  # FORMAT: jpeg | png | webp | gif | heif | all (300 s)
+#   FUZZ_HEIF=1 scripts/fuzz.sh ...       # the same with libheif (LUMEN_HEIF); needed for heif
 #   scripts/fuzz.sh repro FILE...         # run the fuzzer on given inputs once (crash repro)
 #
 # `run` seeds a temporary corpus from ../shared/corpus (pngsuite, real-world,
@@ -25,6 +26,15 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="$ROOT/.build/fuzz"
+# FUZZ_HEIF=1 builds with libheif (LUMEN_HEIF) into a binary of its own.
+if [ "${FUZZ_HEIF:-0}" = 1 ]; then
+    OUT="$OUT/heif"
+    HEIF_FLAGS=(-D LUMEN_HEIF -I "$ROOT/Sources/CHeif")
+    HEIF_LIBS=(-lheif)
+else
+    HEIF_FLAGS=()
+    HEIF_LIBS=()
+fi
 BIN="$OUT/decoder-fuzzer"
 CORPUS_ROOT="$(cd "$ROOT/.." && pwd)/shared/corpus"
 
@@ -49,15 +59,15 @@ MAP
     mapfile -t sources < <(find "$ROOT/Sources/LumenImaging" -name '*.swift' | sort)
     # The engine as a module of its own, so the harness sees only the public API.
     swiftc -module-name LumenImaging -parse-as-library -wmo -O -g \
-        -sanitize=fuzzer,address \
+        -sanitize=fuzzer,address "${HEIF_FLAGS[@]}" \
         "${includes[@]}" -I "$OUT/shim-module" \
         -emit-module -emit-module-path "$OUT/LumenImaging.swiftmodule" \
         -c "${sources[@]}" -o "$OUT/LumenImaging.o"
     swiftc -module-name DecoderFuzzer -parse-as-library -O -g \
         -sanitize=fuzzer,address \
-        "${includes[@]}" -I "$OUT/shim-module" -I "$OUT" \
+        "${includes[@]}" "${HEIF_FLAGS[@]}" -I "$OUT/shim-module" -I "$OUT" \
         "$ROOT/Fuzz/DecoderFuzzer.swift" "$OUT/LumenImaging.o" "${shim_objects[@]}" \
-        -use-ld=lld -lturbojpeg -lspng -lwebp -lwebpdemux -lwebpmux -lgif -llcms2 \
+        -use-ld=lld -lturbojpeg -lspng -lwebp -lwebpdemux -lwebpmux -lgif -llcms2 "${HEIF_LIBS[@]}" \
         -o "$BIN"
     echo "built $BIN"
 }
@@ -67,17 +77,21 @@ seed() {  # seed FORMAT DIR
     mkdir -p "$dir"
     local files=()
     mapfile -t files < <(find "$CORPUS_ROOT" -type f \
-        \( -name '*.jpg' -o -name '*.png' -o -name '*.webp' -o -name '*.gif' \) -size -200k | sort)
+        \( -name '*.jpg' -o -name '*.png' -o -name '*.webp' -o -name '*.gif' -o -name '*.avif*' \) -size -200k | sort)
     for f in "${files[@]}"; do
         local magic
         magic="$(head -c 12 "$f" | od -An -tx1 | tr -d ' \n')"
         case "$format:$magic" in
-            jpeg:ffd8ff* | png:89504e47* | gif:474946* | webp:52494646????????57454250 | all:*)
+            jpeg:ffd8ff* | png:89504e47* | gif:474946* | webp:52494646????????57454250 | \
+                heif:????????66747970* | all:*)
                 cp "$f" "$dir/$(basename "$(dirname "$f")")-$(basename "$f")" ;;
         esac
     done
 }
 
+# The whole script is parsed before it runs (main is called on the last line), so editing
+# this file while a long fuzzing run is going does not derail that run.
+main() {
 case "${1:-}" in
     build) build ;;
     run)
@@ -103,5 +117,8 @@ case "${1:-}" in
         shift
         [ -x "$BIN" ] || build
         "$BIN" -rss_limit_mb=2048 -malloc_limit_mb="${FUZZ_MALLOC_LIMIT_MB:-256}" -timeout=25 "$@" ;;
-    *) sed -n '2,23p' "$0"; exit 2 ;;
+    *) sed -n '2,/^set -e/{/^set -e/!p}' "$0"; exit 2 ;;
 esac
+}
+
+main "$@"; exit $?
