@@ -102,4 +102,36 @@ struct FuzzRegressionTests {
             #expect(resampled)
         }
     }
+
+    // MARK: - ICC profile memory (a 176-byte PNG made lcms2 zero-fill ~500 MB)
+
+    /// A 1×1 PNG, pixel (0x80, 0x40, 0x20), whose iCCP profile is an RGB profile with an A2B0
+    /// `mft2` tag declaring 3 inputs, 15 outputs and 255 grid points: a 255³ × 15 × 2-byte
+    /// CLUT (497 MB) that lcms2 allocates and zero-fills before finding the data missing.
+    static let iccBombPNG = Data(base64Encoded:
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAAX2lDQ1BldmlsAAB4nGNgYBTISc4tZhJgYMjNKykKcndSiIiMUmBAAonJxQUMe"
+        + "MG3awyMIPqyLn51WAGjo5GTAZCeAMQNuWklRiBBZv7/DBAzkVVi4TMBIcP//whMGQAAXRQUrwIkcT8AAAAMSURBVHicY2hwUAAAAiQA4atZYi"
+        + "cAAAAASUVORK5CYII=")!
+
+    @Test func hostileICCTableIsRefusedWithinTheMemoryBudget() throws {
+        ColorProfile.resetLcmsPeakBytes()
+        let image = try ImageDecoder.decode(Self.iccBombPNG)
+        #expect(image.bitmap.width == 1 && image.bitmap.height == 1)
+        // The profile cannot be used, so the stored colour comes through unconverted.
+        let p = image.bitmap.rgba(x: 0, y: 0)
+        #expect(p.r == 0x80 && p.g == 0x40 && p.b == 0x20)
+        // lcms2 did run (it opened the profile) but never held more than a sliver of memory.
+        #expect(ColorProfile.lcmsPeakBytes > 0)
+        #expect(ColorProfile.lcmsPeakBytes < 1 << 20)
+    }
+
+    /// A real embedded profile still converts within the budget.
+    @Test func realProfileConvertsWithinTheMemoryBudget() throws {
+        let data = try CorpusPNG.data("real-world/icc_profile.png")
+        ColorProfile.resetLcmsPeakBytes()
+        let converted = try ImageDecoder.decode(data)
+        #expect(ColorProfile.lcmsPeakBytes > 0 && ColorProfile.lcmsPeakBytes <= ColorProfile.memoryBudget)
+        let raw = try ImageDecoder.decode(data, options: DecodeOptions(convertsColorProfile: false))
+        #expect(converted.bitmap.width == raw.bitmap.width && converted.bitmap.height == raw.bitmap.height)
+    }
 }
