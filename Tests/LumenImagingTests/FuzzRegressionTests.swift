@@ -108,10 +108,12 @@ struct FuzzRegressionTests {
     /// A 1×1 PNG, pixel (0x80, 0x40, 0x20), whose iCCP profile is an RGB profile with an A2B0
     /// `mft2` tag declaring 3 inputs, 15 outputs and 255 grid points: a 255³ × 15 × 2-byte
     /// CLUT (497 MB) that lcms2 allocates and zero-fills before finding the data missing.
-    static let iccBombPNG = Data(base64Encoded:
-        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAAX2lDQ1BldmlsAAB4nGNgYBTISc4tZhJgYMjNKykKcndSiIiMUmBAAonJxQUMe"
-        + "MG3awyMIPqyLn51WAGjo5GTAZCeAMQNuWklRiBBZv7/DBAzkVVi4TMBIcP//whMGQAAXRQUrwIkcT8AAAAMSURBVHicY2hwUAAAAiQA4atZYi"
-        + "cAAAAASUVORK5CYII=")!
+    static var iccBombPNG: Data {
+        Data(base64Encoded:
+            "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAAX2lDQ1BldmlsAAB4nGNgYBTISc4tZhJgYMjNKykKcndSiIiMUmBAAonJxQUMe"
+            + "MG3awyMIPqyLn51WAGjo5GTAZCeAMQNuWklRiBBZv7/DBAzkVVi4TMBIcP//whMGQAAXRQUrwIkcT8AAAAMSURBVHicY2hwUAAAAiQA4atZYi"
+            + "cAAAAASUVORK5CYII=")!
+    }
 
     @Test func hostileICCTableIsRefusedWithinTheMemoryBudget() throws {
         ColorProfile.resetLcmsPeakBytes()
