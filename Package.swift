@@ -22,6 +22,8 @@ if heifEnabled {
 
 let package = Package(
     name: "Lumen",
+    // Apple platforms: `Synchronization.Mutex` and `@Observable` need these versions.
+    platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
         .library(name: "Lumen", targets: ["Lumen"]),
         .library(name: "LumenTestSupport", targets: ["LumenTestSupport"]),
@@ -48,6 +50,6 @@ let package = Package(
         // A second process for the disk cache's cross-process tests.
         .executableTarget(name: "lumen-cache-probe", dependencies: ["Lumen"]),
         .testTarget(name: "LumenImagingTests", dependencies: ["LumenImaging"], swiftSettings: imagingSettings),
-        .testTarget(name: "LumenTests", dependencies: ["Lumen", "LumenTestSupport", "lumen-cache-probe"]),
+        .testTarget(name: "LumenTests", dependencies: ["Lumen", "LumenTestSupport", "lumen-cache-probe", "lumen"]),
     ] + extraTargets
 )

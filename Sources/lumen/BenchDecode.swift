@@ -96,15 +96,31 @@ enum BenchDecode {
     static func run(json: Bool, iterations: Int) throws {
         let inputs = try prepareInputs()
         let threads = ProcessInfo.processInfo.activeProcessorCount
-        var rows: [(String, Measurement)] = []
-        for v in Variant.allCases {
-            rows.append(("jpeg12mp.\(v.rawValue)", try measure(v, files: inputs.jpegs, iterations: iterations, threads: 1)))
+        // The machines are noisy: every variant runs in several rounds, interleaved with the
+        // others, and keeps its best round, so a burst of load hits them all alike.
+        let rounds = 3
+        var best: [String: Measurement] = [:]
+        func record(_ name: String, _ m: Measurement) {
+            if let old = best[name], old.msPerImage <= m.msPerImage {
+                best[name] = Measurement(msPerImage: old.msPerImage, peakRSSBytes: max(old.peakRSSBytes, m.peakRSSBytes))
+            } else {
+                best[name] = Measurement(msPerImage: m.msPerImage, peakRSSBytes: max(best[name]?.peakRSSBytes ?? 0, m.peakRSSBytes))
+            }
         }
-        let parallel = try measure(.lumen, files: inputs.jpegs, iterations: iterations * 2, threads: threads)
-        for (name, file) in [("png2000", inputs.png), ("webp2000", inputs.webp)] {
-            rows.append(("\(name).lumen", try measure(.lumen, files: [file], iterations: iterations, threads: 1)))
-            rows.append(("\(name).naive", try measure(.naive, files: [file], iterations: iterations, threads: 1)))
+        var order: [String] = []
+        for _ in 0..<rounds {
+            for v in Variant.allCases {
+                record("jpeg12mp.\(v.rawValue)", try measure(v, files: inputs.jpegs, iterations: iterations, threads: 1))
+            }
+            record("jpeg12mp.lumen.\(threads)threads", try measure(.lumen, files: inputs.jpegs, iterations: iterations * threads, threads: threads))
+            for (name, file) in [("png2000", inputs.png), ("webp2000", inputs.webp)] {
+                record("\(name).lumen", try measure(.lumen, files: [file], iterations: iterations, threads: 1))
+                record("\(name).naive", try measure(.naive, files: [file], iterations: iterations, threads: 1))
+            }
+            if order.isEmpty { order = Array(best.keys).sorted() }
         }
+        let parallel = best["jpeg12mp.lumen.\(threads)threads"]!
+        let rows = order.filter { !$0.contains("threads") }.map { ($0, best[$0]!) }
         let m = Dictionary(uniqueKeysWithValues: rows)
         let lumen = m["jpeg12mp.lumen"]!, floor = m["jpeg12mp.floor"]!, naive = m["jpeg12mp.naive"]!
         let throughputSerial = 1000 / lumen.msPerImage
@@ -125,7 +141,7 @@ enum BenchDecode {
             printJSON(result)
             return
         }
-        print("decode: 12 MP JPEG → \(target) px (one core, \(iterations) passes over \(inputs.jpegs.count) photos)")
+        print("decode: 12 MP JPEG → \(target) px (one core, \(iterations) passes over \(inputs.jpegs.count) photos, best of \(rounds) rounds)")
         print(pad("variant", 28) + pad("ms/image", 12) + "peak RSS")
         for (name, row) in rows {
             print(pad(name, 28) + pad(String(format: "%.2f", row.msPerImage), 12) + "\(row.peakRSSBytes / 1_048_576) MB")

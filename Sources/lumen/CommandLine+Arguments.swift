@@ -82,3 +82,19 @@ func peakResidentBytes() -> Int {
     getrusage(RUSAGE_SELF.rawValue, &usage)
     return usage.ru_maxrss * 1024
 }
+
+/// Reads a whole file, turning failures into a readable error.
+struct FileReadError: Error, CustomStringConvertible {
+    var path: String
+    var reason: String
+    var description: String { "cannot read \(path): \(reason)" }
+}
+
+func readFile(_ path: String) throws -> Data {
+    guard let data = FileManager.default.contents(atPath: path) else {
+        var isDirectory: ObjCBool = false
+        let exists = FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory)
+        throw FileReadError(path: path, reason: !exists ? "no such file" : isDirectory.boolValue ? "is a directory" : "unreadable")
+    }
+    return data
+}

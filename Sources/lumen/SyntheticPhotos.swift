@@ -36,9 +36,13 @@ enum SyntheticPhotos {
                         + hill.amp * 0.3 * sin(u * hill.freq * 23 + hill.phase * 2))
                 }
             }
+            let sx1 = (0..<width).map { sin(Double($0) * 0.31) }, cx1 = (0..<width).map { cos(Double($0) * 0.31) }
+            let sx2 = (0..<width).map { sin(Double($0) * 0.05) }, cx2 = (0..<width).map { cos(Double($0) * 0.05) }
             var o = 0
             for y in 0..<height {
                 let v = Double(y) / h
+                let sy1 = sin(Double(y) * 0.17), cy1 = cos(Double(y) * 0.17)
+                let sy2 = sin(Double(y) * 0.09), cy2 = cos(Double(y) * 0.09)
                 let dy = Double(y) - sun.y
                 for x in 0..<width {
                     var r = skyTop.0 + (skyBottom.0 - skyTop.0) * v
@@ -56,7 +60,8 @@ enum SyntheticPhotos {
                         let depth = (fy - ridge[i][x]) / h
                         let c = hills[i].color
                         let shade = 1 - depth * 0.8
-                        let tex = 12 * sin(Double(x) * 0.31 + fy * 0.17) * sin(Double(x) * 0.05 - fy * 0.09)
+                        // 12·sin(0.31x + 0.17y)·sin(0.05x − 0.09y), from per-axis tables.
+                        let tex = 12 * (sx1[x] * cy1 + cx1[x] * sy1) * (sx2[x] * cy2 - cx2[x] * sy2)
                         r = c.0 * shade + tex; g = c.1 * shade + tex; b = c.2 * shade + tex * 0.5
                     }
                     let n = (noise.unit() - 0.5) * 10

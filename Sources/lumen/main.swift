@@ -6,9 +6,9 @@ let usage = """
     usage: lumen <command> [options]
 
     commands:
-      demo        generate photo-like images, thumbnail them, write a contact sheet
+      demo        replay a scrolling feed through Lumen and a naive loader, side by side (--quick, --json)
       thumbnail   make thumbnails of image files (lumen thumbnail --help)
-      bench       side-by-side benchmarks: lumen bench [decode] [--json] [--iterations N]
+      bench       side-by-side benchmarks: lumen bench [decode|coalesce|overhead|cache|feed]... [--json] [--iterations N]
     """
 
 let argv = Array(CommandLine.arguments.dropFirst())
@@ -21,9 +21,9 @@ switch command {
 case "demo":
     exit(DemoCommand.run(rest))
 case "thumbnail":
-    exit(ThumbnailCommand.run(rest))
+    exit(await ThumbnailCommand.run(rest))
 case "bench":
-    exit(BenchCommand.run(rest))
+    exit(await BenchCommand.run(rest))
 case "bench-child":
     exit(BenchCommand.child(rest))
 case "help", "--help", "-h":

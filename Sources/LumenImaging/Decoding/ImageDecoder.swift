@@ -86,6 +86,7 @@ public enum ImageDecoder {
             let header = try header(for: bytes, options: options)
             try checkLimit(header, frames: 1, options: options)
             let geometry = Geometry(header: header, options: options)
+            try geometry.checkOutputLimit(options)
             let output = try codec(for: header.format).decode(
                 bytes, header: header, minimumSize: geometry.minimumCodecSize, options: options)
             let codecWidth = output.bitmap.width, codecHeight = output.bitmap.height
@@ -109,6 +110,7 @@ public enum ImageDecoder {
             let header = try header(for: bytes, options: options)
             try checkLimit(header, frames: header.frameCount, options: options)
             let geometry = Geometry(header: header, options: options)
+            try geometry.checkOutputLimit(options, frames: header.frameCount)
             let frames = try codec(for: header.format).decodeFrames(bytes, header: header, options: options)
             let orientation = options.appliesOrientation ? header.orientation : .up
             return frames.map { frame in
@@ -220,8 +222,10 @@ struct Geometry {
             scale = fill ? max(sx, sy) : min(sx, sy)
         }
         if scale > 1 && !options.allowsUpscaling { scale = 1 }
-        scaledWidth = max(1, Int((Double(w) * scale).rounded()))
-        scaledHeight = max(1, Int((Double(h) * scale).rounded()))
+        // Clamped before converting: a hostile target must not trap in `Int(_:)`; outputs this
+        // large are refused by `checkOutputLimit` (a fill's crop is bounded by its target).
+        scaledWidth = max(1, Int(min((Double(w) * scale).rounded(), 1e12)))
+        scaledHeight = max(1, Int(min((Double(h) * scale).rounded(), 1e12)))
         if fill {
             cropWidth = min(target.0, scaledWidth)
             cropHeight = min(target.1, scaledHeight)
@@ -231,11 +235,21 @@ struct Geometry {
         }
         if scale < 1 {
             let f = options.preshrink.factor
-            let mw = min(w, Int((Double(scaledWidth) * f).rounded(.up)))
-            let mh = min(h, Int((Double(scaledHeight) * f).rounded(.up)))
+            let mw = min(w, Int(min((Double(scaledWidth) * f).rounded(.up), 1e12)))
+            let mh = min(h, Int(min((Double(scaledHeight) * f).rounded(.up), 1e12)))
             minimumCodecSize = swaps ? PixelSize(width: mh, height: mw) : PixelSize(width: mw, height: mh)
         } else {
             minimumCodecSize = nil
+        }
+    }
+
+    /// An upscaled output is held to the same pixel limit as the decoded image. The output is
+    /// the crop: ``finish(_:orientation:resampled:)`` never builds the full scaled image.
+    func checkOutputLimit(_ options: DecodeOptions, frames: Int = 1) throws(ImagingError) {
+        let (area, o1) = cropWidth.multipliedReportingOverflow(by: cropHeight)
+        let (total, o2) = area.multipliedReportingOverflow(by: max(frames, 1))
+        if o1 || o2 || total > options.maximumPixelCount {
+            throw .tooLarge(width: cropWidth, height: cropHeight)
         }
     }
 

@@ -1,0 +1,177 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The parsed `Cache-Control` directives that matter to a private image cache.
+public struct CacheControl: Sendable, Hashable, Codable {
+    /// `max-age`, in seconds; an unparsable or conflicting value counts as 0 (stale at once).
+    public var maxAge: Int?
+    /// `no-store`: the response must not be written to any cache.
+    public var noStore: Bool
+    /// `no-cache`: a stored response must be revalidated before every use.
+    public var noCache: Bool
+    /// `immutable`: the representation never changes while fresh.
+    public var immutable: Bool
+
+    public init(maxAge: Int? = nil, noStore: Bool = false, noCache: Bool = false, immutable: Bool = false) {
+        self.maxAge = maxAge
+        self.noStore = noStore
+        self.noCache = noCache
+        self.immutable = immutable
+    }
+
+    /// Parses a `Cache-Control` header value; unknown directives are ignored, directive names
+    /// compare case-insensitively, quoted values are unquoted.
+    public init(header: String?) {
+        self.init()
+        guard let header else { return }
+        for part in header.split(separator: ",") {
+            let directive = part.trimmingCharacters(in: .whitespaces)
+            let pieces = directive.split(separator: "=", maxSplits: 1)
+            guard let first = pieces.first else { continue }
+            let name = first.trimmingCharacters(in: .whitespaces).lowercased()
+            var value = pieces.count > 1 ? pieces[1].trimmingCharacters(in: .whitespaces) : nil
+            if let v = value, v.count >= 2, v.hasPrefix("\""), v.hasSuffix("\"") {
+                value = String(v.dropFirst().dropLast())
+            }
+            switch name {
+            case "max-age":
+                let parsed = value.flatMap { Int($0) }.map { max(0, $0) } ?? 0
+                // Two different max-age values: RFC 9111 says treat the response as stale.
+                if let existing = maxAge, existing != parsed { maxAge = 0 } else { maxAge = parsed }
+            case "no-store": noStore = true
+            case "no-cache": noCache = true  // the qualified form (`no-cache="field"`) too: conservative
+            case "immutable": immutable = true
+            default: continue
+            }
+        }
+    }
+}
+
+/// What a disk-cache entry remembers about the response its bytes came from: the validators
+/// for a conditional request, the freshness directives, the content type and when it was
+/// stored.
+public struct CacheMetadata: Sendable, Hashable, Codable {
+    /// The `ETag` validator, verbatim.
+    public var etag: String?
+    /// The `Last-Modified` validator, verbatim.
+    public var lastModified: String?
+    /// The parsed `Cache-Control` header.
+    public var cacheControl: CacheControl
+    /// The `Content-Type` header, verbatim.
+    public var contentType: String?
+    /// When the entry was stored or last renewed by a 304: the origin of its age.
+    public var storedAt: Date
+
+    public init(
+        etag: String? = nil,
+        lastModified: String? = nil,
+        cacheControl: CacheControl = CacheControl(),
+        contentType: String? = nil,
+        storedAt: Date
+    ) {
+        self.etag = etag
+        self.lastModified = lastModified
+        self.cacheControl = cacheControl
+        self.contentType = contentType
+        self.storedAt = storedAt
+    }
+
+    /// Reads the metadata from response headers (names compare case-insensitively), stored at
+    /// `now`.
+    public init(headers: [String: String], now: Date) {
+        let lookup = Self.caseInsensitive(headers)
+        self.init(
+            etag: lookup["etag"],
+            lastModified: lookup["last-modified"],
+            cacheControl: CacheControl(header: lookup["cache-control"]),
+            contentType: lookup["content-type"],
+            storedAt: now
+        )
+    }
+
+    /// Reads the metadata from an HTTP response, stored at `now`.
+    public init(response: HTTPURLResponse, now: Date) {
+        self.init(headers: Self.headers(of: response), now: now)
+    }
+
+    /// `max-age` in seconds, if the response stated one.
+    public var maxAge: Int? { cacheControl.maxAge }
+
+    /// `false` when the response said `no-store`: such a response is never written to disk.
+    public var isStorable: Bool { !cacheControl.noStore }
+
+    /// Whether the entry may be used without asking the server.
+    ///
+    /// With `respectsHTTPCaching` (the default): `no-cache` is never fresh (always revalidate);
+    /// `immutable` is fresh until the TTL; otherwise `max-age`, when present, bounds freshness
+    /// (never past the TTL, which bounds how long anything stays on disk); without `max-age`
+    /// the TTL alone decides. Without `respectsHTTPCaching`, the TTL alone decides. The age is
+    /// `now - storedAt`, clamped at 0 if the clock went backwards.
+    public func isFresh(now: Date, ttl: TimeInterval, respectsHTTPCaching: Bool = true) -> Bool {
+        let age = max(0, now.timeIntervalSince(storedAt))
+        guard respectsHTTPCaching else { return age < ttl }
+        if cacheControl.noCache { return false }
+        if cacheControl.immutable { return age < ttl }
+        if let maxAge = cacheControl.maxAge { return age < min(TimeInterval(maxAge), ttl) }
+        return age < ttl
+    }
+
+    /// The headers that turn a request into a conditional one: `If-None-Match` from the ETag,
+    /// `If-Modified-Since` from Last-Modified; empty when the entry has no validator.
+    public var conditionalHeaders: [String: String] {
+        var headers: [String: String] = [:]
+        if let etag { headers["If-None-Match"] = etag }
+        if let lastModified { headers["If-Modified-Since"] = lastModified }
+        return headers
+    }
+
+    /// The metadata after a `304 Not Modified`: validators and directives the 304 carries
+    /// replace the stored ones (RFC 9111 §4.3.4), and the entry's age restarts at `now`.
+    public func renewed(withHeaders headers: [String: String], now: Date) -> CacheMetadata {
+        let lookup = Self.caseInsensitive(headers)
+        var copy = self
+        if let etag = lookup["etag"] { copy.etag = etag }
+        if let lastModified = lookup["last-modified"] { copy.lastModified = lastModified }
+        if let cacheControl = lookup["cache-control"] { copy.cacheControl = CacheControl(header: cacheControl) }
+        if let contentType = lookup["content-type"] { copy.contentType = contentType }
+        copy.storedAt = now
+        return copy
+    }
+
+    /// The metadata after a `304 Not Modified` response (see ``renewed(withHeaders:now:)``).
+    public func renewed(with response: HTTPURLResponse, now: Date) -> CacheMetadata {
+        renewed(withHeaders: Self.headers(of: response), now: now)
+    }
+
+    private static func caseInsensitive(_ headers: [String: String]) -> [String: String] {
+        var lookup: [String: String] = [:]
+        for (name, value) in headers { lookup[name.lowercased()] = value }
+        return lookup
+    }
+
+    private static func headers(of response: HTTPURLResponse) -> [String: String] {
+        var headers: [String: String] = [:]
+        for (name, value) in response.allHeaderFields {
+            if let name = name as? String, let value = value as? String { headers[name] = value }
+        }
+        return headers
+    }
+}
+
+/// What the pipeline writes to the disk cache.
+///
+/// `data(for:)` never encodes: it returns the original bytes, and under every policy the
+/// original bytes are what it reads and writes. Encoding happens only when a processed image
+/// is produced under `.storeEncodedImages` or `.storeAll`.
+public enum DataCachePolicy: Sendable, Hashable {
+    /// The original downloaded bytes only (the default): one download backs every size and
+    /// processing an image is shown with; decoding and processing run again on a disk hit.
+    case storeOriginalData
+    /// Processed images, encoded, under a key that includes the processors, instead of the
+    /// original bytes.
+    case storeEncodedImages
+    /// Both the original bytes and the encoded processed images.
+    case storeAll
+}

@@ -1,0 +1,49 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// What a decoder is told about one decode.
+public struct ImageDecodingContext: Sendable {
+    /// The request that asked for the image (the first of the requests sharing this decode).
+    public var request: ImageRequest
+    /// The response the bytes came with, when there was one.
+    public var urlResponse: URLResponse?
+    /// Decode size and limits, derived from the request (``ImageRequest/thumbnail``) and the
+    /// configuration (``ImagePipeline/Configuration/maximumDecodedPixelCount``).
+    public var options: DecodeOptions
+
+    public init(request: ImageRequest, urlResponse: URLResponse? = nil, options: DecodeOptions) {
+        self.request = request
+        self.urlResponse = urlResponse
+        self.options = options
+    }
+}
+
+/// Turns encoded bytes into an ``ImageContainer``: the pipeline's decode stage.
+///
+/// Called on a decoding worker thread (never on the graph's owner, never on the cooperative
+/// pool), possibly from several threads at once.
+public protocol ImageDecoding: Sendable {
+    /// Decodes `data` at the size `context.options` asks for.
+    /// - Throws: any error; the pipeline reports it as ``ImagePipeline/Error/Code/decodingFailed``.
+    func decode(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer
+}
+
+/// Namespace for the built-in decoders.
+public enum ImageDecoders {
+    /// Lumen's imaging engine (``ImageDecoder``): JPEG, PNG, WebP, GIF (first frame), and
+    /// HEIC/AVIF when built with libheif.
+    public struct Default: ImageDecoding {
+        public init() {}
+
+        /// A final result is never a partial image: bytes that decode only partially (a
+        /// truncated progressive JPEG) fail as ``ImagingError/truncated``, so a cut download
+        /// or a damaged cache entry can never pass for the image.
+        public func decode(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer {
+            let decoded = try ImageDecoder.decode(data, options: context.options)
+            if decoded.isPartial { throw ImagingError.truncated }
+            return ImageContainer(image: decoded.bitmap, isPreview: false, format: decoded.statistics.format)
+        }
+    }
+}

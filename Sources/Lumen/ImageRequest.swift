@@ -1,0 +1,220 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// What to load and how: the source (a URL, a `URLRequest` or an async data closure), the
+/// processors to apply, the decode size, the priority and the cache options.
+///
+/// Requests are values. Two requests share work in the pipeline's graph at every stage where
+/// the inputs that change that stage's result are equal (see ``ImagePipeline``).
+public struct ImageRequest: Sendable, CustomStringConvertible {
+    /// How urgent a request is. Queued work runs in priority order, FIFO within a level.
+    public enum Priority: Int, Sendable, Hashable, Comparable, CaseIterable {
+        case veryLow = 0, low, normal, high, veryHigh
+
+        public static func < (lhs: Priority, rhs: Priority) -> Bool { lhs.rawValue < rhs.rawValue }
+    }
+
+    /// Cache behaviour: which cache layers a request may read and write.
+    public struct Options: OptionSet, Sendable, Hashable {
+        public let rawValue: UInt16
+        public init(rawValue: UInt16) { self.rawValue = rawValue }
+
+        /// Skip cached data and images; load from the source (results may still be stored).
+        public static let reloadIgnoringCachedData = Options(rawValue: 1 << 0)
+        /// Serve only from caches; fail with ``ImagePipeline/Error/Code/dataMissingInCache``
+        /// instead of loading.
+        public static let returnCacheDataDontLoad = Options(rawValue: 1 << 1)
+        /// Don't read decoded images from the memory cache.
+        public static let disableMemoryCacheReads = Options(rawValue: 1 << 2)
+        /// Don't store decoded images in the memory cache.
+        public static let disableMemoryCacheWrites = Options(rawValue: 1 << 3)
+        /// Don't read data from the disk cache.
+        public static let disableDiskCacheReads = Options(rawValue: 1 << 4)
+        /// Don't store data in the disk cache.
+        public static let disableDiskCacheWrites = Options(rawValue: 1 << 5)
+    }
+
+    /// Where the bytes come from.
+    enum Resource: Sendable {
+        case urlRequest(URLRequest)
+        case closure(id: String, load: @Sendable () async throws -> Data)
+    }
+
+    /// The request's fields, boxed so that copying a request (the pipeline copies it into
+    /// every task and response) costs one retain; copy-on-write keeps it a value.
+    private final class Storage: @unchecked Sendable { // mutated only while uniquely referenced
+        var resource: Resource
+        var processors: [any ImageProcessing] = []
+        var priority: Priority = .normal
+        var options: Options = []
+        var thumbnail: DecodeSize?
+        var credentialHeaders: Set<String> = []
+        var userInfo: [String: any Sendable] = [:]
+        var explicitImageID: String?
+        /// The fetch stage's key, computed once: it depends only on the resource and the
+        /// credential headers.
+        var fetchKey: FetchKey
+
+        init(resource: Resource) {
+            self.resource = resource
+            self.fetchKey = FetchKey(resource: resource, credentialHeaders: [])
+        }
+
+        func copy() -> Storage {
+            let copy = Storage(resource: resource)
+            copy.processors = processors
+            copy.priority = priority
+            copy.options = options
+            copy.thumbnail = thumbnail
+            copy.credentialHeaders = credentialHeaders
+            copy.userInfo = userInfo
+            copy.explicitImageID = explicitImageID
+            copy.fetchKey = fetchKey
+            return copy
+        }
+    }
+
+    private var storage: Storage
+
+    private mutating func mutate(_ body: (Storage) -> Void) {
+        if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
+        body(storage)
+    }
+
+    var resource: Resource { storage.resource }
+    var fetchKey: FetchKey { storage.fetchKey }
+
+    /// Processors applied in order to the decoded image. Every prefix is its own shared stage:
+    /// `[a]` and `[a, b]` apply `a` once. Default empty.
+    public var processors: [any ImageProcessing] {
+        get { storage.processors }
+        set { mutate { $0.processors = newValue } }
+    }
+    /// The priority; an ``ImageTask``'s priority can be changed while it runs. Default `.normal`.
+    public var priority: Priority {
+        get { storage.priority }
+        set { mutate { $0.priority = newValue } }
+    }
+    /// Cache options. Default empty.
+    public var options: Options {
+        get { storage.options }
+        set { mutate { $0.options = newValue } }
+    }
+    /// The size to decode at (`nil`: full size). Requests with different sizes share the
+    /// download but not the decode. Default `nil`.
+    public var thumbnail: DecodeSize? {
+        get { storage.thumbnail }
+        set { mutate { $0.thumbnail = newValue } }
+    }
+    /// Extra header names (case-insensitive) that carry credentials, in addition to
+    /// `Authorization`, `Cookie` and `Proxy-Authorization`. Requests whose values for these
+    /// headers differ never share a download or a result. Default empty.
+    public var credentialHeaders: Set<String> {
+        get { storage.credentialHeaders }
+        set {
+            mutate {
+                $0.credentialHeaders = newValue
+                $0.fetchKey = FetchKey(resource: $0.resource, credentialHeaders: newValue)
+            }
+        }
+    }
+    /// Anything the caller wants to carry along; the pipeline ignores it.
+    public var userInfo: [String: any Sendable] {
+        get { storage.userInfo }
+        set { mutate { $0.userInfo = newValue } }
+    }
+
+    private init(
+        resource: Resource, processors: [any ImageProcessing], priority: Priority,
+        options: Options, thumbnail: DecodeSize?, userInfo: [String: any Sendable]
+    ) {
+        storage = Storage(resource: resource)
+        storage.processors = processors
+        storage.priority = priority
+        storage.options = options
+        storage.thumbnail = thumbnail
+        storage.userInfo = userInfo
+    }
+
+    /// Creates a request for `url`.
+    public init(
+        url: URL, processors: [any ImageProcessing] = [], priority: Priority = .normal,
+        options: Options = [], thumbnail: DecodeSize? = nil, userInfo: [String: any Sendable] = [:]
+    ) {
+        self.init(urlRequest: URLRequest(url: url), processors: processors, priority: priority,
+                  options: options, thumbnail: thumbnail, userInfo: userInfo)
+    }
+
+    /// Creates a request from a `URLRequest` (headers, credentials, cache policy, timeout).
+    public init(
+        urlRequest: URLRequest, processors: [any ImageProcessing] = [], priority: Priority = .normal,
+        options: Options = [], thumbnail: DecodeSize? = nil, userInfo: [String: any Sendable] = [:]
+    ) {
+        self.init(resource: .urlRequest(urlRequest), processors: processors, priority: priority,
+                  options: options, thumbnail: thumbnail, userInfo: userInfo)
+    }
+
+    /// Creates a request whose bytes come from `data` instead of the data loader.
+    ///
+    /// - Parameter id: the identity of the bytes: requests with the same `id` share the call
+    ///   to `data` while it runs, and caches key the result by it.
+    public init(
+        id: String, data: @escaping @Sendable () async throws -> Data,
+        processors: [any ImageProcessing] = [], priority: Priority = .normal,
+        options: Options = [], thumbnail: DecodeSize? = nil, userInfo: [String: any Sendable] = [:]
+    ) {
+        self.init(resource: .closure(id: id, load: data), processors: processors, priority: priority,
+                  options: options, thumbnail: thumbnail, userInfo: userInfo)
+    }
+
+    /// The URL, for URL-based requests.
+    public var url: URL? {
+        if case .urlRequest(let r) = resource { return r.url }
+        return nil
+    }
+
+    /// The `URLRequest`, for URL-based requests.
+    public var urlRequest: URLRequest? {
+        if case .urlRequest(let r) = resource { return r }
+        return nil
+    }
+
+    /// The image's cache identity: set it for signed URLs whose query changes while the image
+    /// doesn't. Defaults to the URL's absolute string, or the `id` of a closure request.
+    ///
+    /// Setting it is your statement that every URL given this `imageID` serves the same bytes:
+    /// such requests share memory and disk cache entries. Credentials still separate them —
+    /// cache keys carry a fingerprint of the request's credential headers, and downloads are
+    /// keyed by the URL and the credentials, so two requests with the same `imageID` but
+    /// different `Authorization` never share a download or an entry.
+    public var imageID: String? {
+        get {
+            if let explicitImageID = storage.explicitImageID { return explicitImageID }
+            switch resource {
+            case .urlRequest(let r): return r.url?.absoluteString
+            case .closure(let id, _): return id
+            }
+        }
+        set { mutate { $0.explicitImageID = newValue } }
+    }
+
+    public var description: String {
+        let source: String
+        switch resource {
+        case .urlRequest(let r): source = r.url?.absoluteString ?? "<no url>"
+        case .closure(let id, _): source = "data(id: \(id))"
+        }
+        let ids = processors.map(\.identifier)
+        return "ImageRequest(\(source), processors: \(ids), priority: \(priority), thumbnail: \(thumbnail.map { "\($0)" } ?? "nil"))"
+    }
+}
+
+extension ImageRequest: ExpressibleByStringLiteral {
+    /// A request for the URL in `value`; a string that is not a URL is a programmer error.
+    public init(stringLiteral value: String) {
+        guard let url = URL(string: value) else { preconditionFailure("ImageRequest: not a URL: \(value)") }
+        self.init(url: url)
+    }
+}

@@ -1,0 +1,221 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The processors of a request prefix as one memory-key component.
+struct ProcessorChainIdentity: Hashable, @unchecked Sendable { // AnyHashable values come from Sendable processors' identities
+    let identities: [AnyHashable]
+}
+
+/// The cache keys of one request, computed before the graph's lock is taken (processors'
+/// identities and the credential digest are computed here, never under the lock).
+///
+/// Memory keys: image identity (``ImageRequest/imageID``, else the URL) + credential
+/// fingerprint + decode size + processors, one per processor prefix (`memory[i]` is the image
+/// with the first `i` processors applied). Disk keys carry the same identity and fingerprint:
+/// the original data's key has no variant; the processed image's key (only for requests with
+/// processors or a decode size) names the decode size and the processors' stable identifiers.
+struct RequestCacheKeys: Sendable {
+    /// `memory[i]`: the image with the first `i` processors applied; empty without a memory
+    /// cache.
+    var memory: [ImageCacheKey]
+    /// The original data's disk key; `nil` without a disk cache.
+    var diskOriginal: String?
+    /// The processed image's disk key; `nil` without a disk cache, and for requests without
+    /// processors or decode size (their image is the original).
+    var diskProcessed: String?
+
+    init(_ request: ImageRequest, memory: Bool = true, disk: Bool = true) {
+        let imageID = request.imageID ?? ""
+        let fingerprint = Self.fingerprint(request)
+        self.memory = memory
+            ? (0...request.processors.count).map { Self.memoryKey(request, imageID: imageID, fingerprint: fingerprint, processorCount: $0) }
+            : []
+        diskOriginal = disk ? DataCache.key(imageID: imageID, credentialFingerprint: fingerprint) : nil
+        if !disk || (request.processors.isEmpty && request.thumbnail == nil) {
+            diskProcessed = nil
+        } else {
+            let identifiers = request.processors.map(\.identifier).joined(separator: ",")
+            let variant = "size=\(Self.describe(request.thumbnail));processors=\(identifiers)"
+            diskProcessed = DataCache.key(imageID: imageID, credentialFingerprint: fingerprint, variant: variant)
+        }
+    }
+
+    /// The memory key of `request`'s final image, alone (the synchronous hit path).
+    static func finalMemoryKey(_ request: ImageRequest) -> ImageCacheKey {
+        memoryKey(request, imageID: request.imageID ?? "", fingerprint: fingerprint(request), processorCount: request.processors.count)
+    }
+
+    /// The disk key of `request`'s original data, alone.
+    static func originalDiskKey(_ request: ImageRequest) -> String {
+        DataCache.key(imageID: request.imageID ?? "", credentialFingerprint: fingerprint(request))
+    }
+
+    private static func memoryKey(_ request: ImageRequest, imageID: String, fingerprint: String?, processorCount: Int) -> ImageCacheKey {
+        let processors: [any Hashable & Sendable] = processorCount == 0
+            ? []
+            : [ProcessorChainIdentity(identities: request.processors.prefix(processorCount).map(\.hashableIdentifier))]
+        return ImageCacheKey(imageID: imageID, credentialFingerprint: fingerprint, decodeSize: request.thumbnail, processors: processors)
+    }
+
+    /// The request's credential fingerprint: from the credential headers the fetch key already
+    /// picked out (standard ones and the request's marked ones), `nil` without credentials.
+    private static func fingerprint(_ request: ImageRequest) -> String? {
+        let credentials = request.fetchKey.credentials
+        guard !credentials.isEmpty else { return nil }
+        return ImageCacheKey.credentialFingerprint(for: credentials, markedHeaders: request.credentialHeaders)
+    }
+
+    private static func describe(_ size: DecodeSize?) -> String {
+        switch size {
+        case nil: "original"
+        case .maxPixelSize(let n)?: "max\(n)"
+        case .size(let w, let h, let mode)?: "\(w)x\(h)-\(mode.rawValue)"
+        }
+    }
+}
+
+/// The pipeline's use of its cache layers: lookups and writes counted in the metrics,
+/// freshness decided with the configuration's rules, failures reported through the event hook
+/// and the logger.
+///
+/// Every method may run user code (a custom cache, the clock): call them without the graph's
+/// lock. Disk methods do I/O: call them from the data-loading queue's tasks or a worker.
+final class CacheLayers: Sendable {
+    let imageCache: (any ImageCaching)?
+    let dataCache: (any DataCaching)?
+    let policy: DataCachePolicy
+    let isHTTPCachingRespected: Bool
+    /// The disk cache's TTL and clock (a ``DataCache``'s own; for other caches 7 days and
+    /// wall-clock time).
+    let ttl: TimeInterval
+    let clock: CacheClock
+    private let metrics: MetricsStore
+    private let eventHandler: (@Sendable (ImagePipeline.Event) -> Void)?
+    private let logger: (@Sendable (String) -> Void)?
+
+    init(configuration: ImagePipeline.Configuration, metrics: MetricsStore) {
+        imageCache = configuration.imageCache
+        dataCache = configuration.dataCache
+        policy = configuration.dataCachePolicy
+        isHTTPCachingRespected = configuration.isHTTPCachingRespected
+        let disk = configuration.dataCache as? DataCache
+        ttl = disk?.ttl ?? 7 * 24 * 3600
+        clock = disk?.clock ?? .system
+        self.metrics = metrics
+        eventHandler = configuration.eventHandler
+        logger = configuration.logger
+    }
+
+    /// Whether original bytes are written (always for `data(for:)`).
+    var storesOriginalData: Bool { policy != .storeEncodedImages }
+    /// Whether processed images are encoded and written.
+    var storesEncodedImages: Bool { policy != .storeOriginalData }
+
+    // MARK: Memory
+
+    /// Whether `options` let the request read decoded images from memory.
+    static func readsMemory(_ options: ImageRequest.Options) -> Bool {
+        !options.contains(.disableMemoryCacheReads) && !options.contains(.reloadIgnoringCachedData)
+    }
+
+    /// The image in memory for `key`, counted.
+    func cachedImage(for key: ImageCacheKey) -> ImageContainer? {
+        guard let imageCache else { return nil }
+        let image = imageCache[key]
+        let hit = image != nil
+        metrics.withLock {
+            $0.memoryCache.lookups += 1
+            if hit { $0.memoryCache.hits += 1 }
+        }
+        return image
+    }
+
+    /// Stores `image` in memory, counting the write or the oversize rejection.
+    func storeImage(_ image: ImageContainer, for key: ImageCacheKey) {
+        guard let imageCache, !image.isPreview else { return }
+        let stored: Bool
+        if let cache = imageCache as? ImageCache {
+            stored = cache.storeValue(image, forKey: key)
+        } else {
+            imageCache[key] = image
+            stored = true
+        }
+        metrics.withLock {
+            if stored { $0.memoryCache.writes += 1 } else { $0.memoryCacheRejectedOversize += 1 }
+        }
+    }
+
+    // MARK: Disk
+
+    /// Whether `options` let the request read the disk cache.
+    static func readsDisk(_ options: ImageRequest.Options) -> Bool {
+        !options.contains(.disableDiskCacheReads) && !options.contains(.reloadIgnoringCachedData)
+    }
+
+    /// Whether `options` let the request write the disk cache.
+    static func writesDisk(_ options: ImageRequest.Options) -> Bool {
+        !options.contains(.disableDiskCacheWrites)
+    }
+
+    /// The entry on disk for `key` (fresh or not), counted. Does I/O.
+    func cachedData(for key: String) -> (data: Data, metadata: CacheMetadata)? {
+        guard let dataCache else { return nil }
+        let entry = dataCache.cachedData(for: key)
+        let hit = entry != nil
+        metrics.withLock {
+            $0.diskCache.lookups += 1
+            if hit { $0.diskCache.hits += 1 }
+        }
+        return entry
+    }
+
+    /// Whether `metadata` may be used without asking the server.
+    func isFresh(_ metadata: CacheMetadata) -> Bool {
+        metadata.isFresh(now: clock.now, ttl: ttl, respectsHTTPCaching: isHTTPCachingRespected)
+    }
+
+    /// Writes `data` for `key` with the metadata of `response` (stored now). `no-store`
+    /// responses are not written (and any previous entry, now outdated, is removed).
+    func storeData(_ data: Data, response: URLResponse?, for key: String) {
+        guard let dataCache else { return }
+        let now = clock.now
+        let metadata: CacheMetadata
+        if let http = response as? HTTPURLResponse {
+            metadata = CacheMetadata(response: http, now: now)
+        } else {
+            metadata = CacheMetadata(contentType: response?.mimeType, storedAt: now)
+        }
+        guard metadata.isStorable else {
+            dataCache.removeData(for: key)
+            return
+        }
+        dataCache.storeData(data, metadata: metadata, for: key)
+        metrics.withLock { $0.diskCache.writes += 1 }
+    }
+
+    /// Writes encoded image bytes for `key` (no HTTP metadata: the TTL alone decides).
+    func storeEncoded(_ data: Data, contentType: String, for key: String) {
+        guard let dataCache else { return }
+        dataCache.storeData(data, metadata: CacheMetadata(contentType: contentType, storedAt: clock.now), for: key)
+        metrics.withLock { $0.diskCache.writes += 1 }
+    }
+
+    /// Renews the entry for `key` after a `304 Not Modified`.
+    func renew(key: String, metadata: CacheMetadata, response: URLResponse?) {
+        guard let dataCache else { return }
+        let now = clock.now
+        let renewed = (response as? HTTPURLResponse).map { metadata.renewed(with: $0, now: now) }
+            ?? metadata.renewed(withHeaders: [:], now: now)
+        dataCache.renew(key: key, metadata: renewed)
+    }
+
+    /// Reports a problem a cache absorbed: counted, sent to the event hook and the logger.
+    /// Never call it holding the graph's lock.
+    func report(_ failure: DataCache.Failure) {
+        metrics.withLock { $0.cacheFailures += 1 }
+        eventHandler?(.cacheFailure(failure))
+        logger?("cache failure: \(failure)")
+    }
+}

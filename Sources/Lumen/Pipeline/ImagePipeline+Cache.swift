@@ -1,0 +1,84 @@
+import Foundation
+
+extension ImagePipeline {
+    /// The pipeline's cache layers (decoded images in memory, bytes on disk), looked up and
+    /// managed by request, with the same keys the pipeline's stages use.
+    ///
+    /// Memory keys are the image identity (``ImageRequest/imageID``, else the URL), a
+    /// fingerprint of the request's credentials (when it carries any), the decode size and the
+    /// processors; disk keys carry the same identity and fingerprint (plus, for processed
+    /// images, the decode size and the processors' identifiers). Two requests with the same
+    /// `imageID` — signed URLs for one object, say — share entries: setting `imageID` states
+    /// that the bytes are the same for everyone holding those credentials.
+    ///
+    /// Memory operations are synchronous and lock-protected (no actor hop); disk operations do
+    /// file I/O on the caller's thread.
+    public struct Cache: Sendable {
+        let pipeline: ImagePipeline
+
+        private var caches: CacheLayers { pipeline.graph.caches }
+
+        /// The decoded image cached in memory for `request` (its final image: decode size and
+        /// processors applied). Synchronous: no actor hop. Setting stores it (counted as a
+        /// memory write), `nil` removes it. Ignores the request's cache options.
+        public subscript(request: ImageRequest) -> ImageContainer? {
+            get { caches.cachedImage(for: RequestCacheKeys.finalMemoryKey(request)) }
+            nonmutating set {
+                let key = RequestCacheKeys.finalMemoryKey(request)
+                if let newValue {
+                    caches.storeImage(newValue, for: key)
+                } else {
+                    caches.imageCache?.removeValue(forKey: key)
+                }
+            }
+        }
+
+        /// Whether a decoded image for `request` is in memory.
+        public func containsCachedImage(for request: ImageRequest) -> Bool {
+            guard let imageCache = caches.imageCache else { return false }
+            return imageCache[RequestCacheKeys.finalMemoryKey(request)] != nil
+        }
+
+        /// Whether the bytes `request` would fetch (its original data) are on disk.
+        public func containsData(for request: ImageRequest) -> Bool {
+            caches.dataCache?.containsData(for: RequestCacheKeys.originalDiskKey(request)) ?? false
+        }
+
+        /// The original bytes for `request` on disk, fresh or not; `nil` on a miss or without a
+        /// disk cache. Reads the file on the caller's thread.
+        public func cachedData(for request: ImageRequest) -> Data? {
+            caches.dataCache?.cachedData(for: RequestCacheKeys.originalDiskKey(request))?.data
+        }
+
+        /// Stores `data` as the original bytes of `request` on disk (no HTTP metadata: the
+        /// disk cache's TTL decides its freshness).
+        public func storeCachedData(_ data: Data, for request: ImageRequest) {
+            caches.storeData(data, response: nil, for: RequestCacheKeys.originalDiskKey(request))
+        }
+
+        /// Removes `request`'s entries: its final image from memory, its original bytes and its
+        /// processed image from disk.
+        public func removeAll(for request: ImageRequest) {
+            let keys = RequestCacheKeys(request)
+            caches.imageCache?.removeValue(forKey: keys.memory[request.processors.count])
+            if let dataCache = caches.dataCache, let original = keys.diskOriginal {
+                dataCache.removeData(for: original)
+                if let processed = keys.diskProcessed { dataCache.removeData(for: processed) }
+            }
+        }
+
+        /// Empties both layers.
+        public func removeAll() {
+            caches.imageCache?.removeAll()
+            caches.dataCache?.removeAll()
+        }
+
+        /// Empties the memory layer and keeps the bytes on disk.
+        public func removeAllFromMemory() {
+            caches.imageCache?.removeAll()
+        }
+    }
+
+    /// The pipeline's cache layers.
+    public var cache: Cache { Cache(pipeline: self) }
+}

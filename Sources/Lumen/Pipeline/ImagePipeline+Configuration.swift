@@ -1,0 +1,110 @@
+import Foundation
+
+extension ImagePipeline {
+    /// All of a pipeline's tuning in one value. Defaults are stated on each property.
+    public struct Configuration: Sendable {
+        /// Loads the bytes of URL requests. Default: a new ``DataLoader``.
+        public var dataLoader: any DataLoading
+        /// Decodes bytes into images on the decoding queue's workers. Default
+        /// ``ImageDecoders/Default``.
+        public var decoder: any ImageDecoding
+        /// The memory cache of decoded images, consulted synchronously before any work starts
+        /// (see ``ImagePipeline/Cache``). Default: a new ``ImageCache`` made for this
+        /// configuration value — not a process-wide one, so independent pipelines (and tests)
+        /// never see each other's images; copies of the configuration share it. `nil` turns
+        /// the memory layer off.
+        public var imageCache: (any ImageCaching)?
+        /// The disk cache of bytes (original data and, by ``dataCachePolicy``, encoded processed
+        /// images). Default `nil` (off); set `DataCache(name: "images")` to keep bytes under
+        /// `$XDG_CACHE_HOME/lumen/images` with HTTP revalidation. Read and written off the
+        /// graph's owner, on the data-loading queue's tasks.
+        public var dataCache: (any DataCaching)?
+        /// What is written to ``dataCache``. Default ``DataCachePolicy/storeOriginalData``.
+        public var dataCachePolicy: DataCachePolicy
+        /// Whether disk entries' freshness follows the responses' `Cache-Control` (`max-age`,
+        /// `no-cache`, `immutable`) within the disk cache's TTL. `false`: the TTL alone decides.
+        /// Either way a stale entry with a validator is revalidated with a conditional request
+        /// and `no-store` responses are never written. Default `true`.
+        public var isHTTPCachingRespected: Bool
+        /// Whether equivalent requests share running work at every stage. With `false`, every
+        /// request builds its own chain (fetch, decode, each processor). Default `true`.
+        public var isTaskCoalescingEnabled: Bool
+        /// Downloads (and data closures): async work, at most 6 at once by default.
+        public var dataLoadingQueue: WorkQueue
+        /// Decodes: dedicated worker threads, one per core by default.
+        public var decodingQueue: WorkQueue
+        /// Processors: dedicated worker threads, one per core by default.
+        public var processingQueue: WorkQueue
+        /// Encodes (for the processed-image disk cache): one worker by default.
+        public var encodingQueue: WorkQueue
+        /// The largest response accepted, in bytes: checked against the declared length at the
+        /// first chunk and again while the body streams in. Default 64 MiB.
+        public var maximumResponseDataSize: Int
+        /// The largest image decoded, in pixels, checked from the header before pixels are
+        /// allocated (``DecodeOptions/maximumPixelCount``). Default 100 megapixels.
+        public var maximumDecodedPixelCount: Int
+        /// When failed downloads are retried. Default ``RetryPolicy/none``.
+        public var retryPolicy: RetryPolicy
+        /// Called for every stage event (work started, joined, completed, failed, cancelled)
+        /// and for every problem a cache absorbed (``ImagePipeline/Event/cacheFailure(_:)``),
+        /// on the thread where it happened, never while the graph is locked. Default `nil` (off).
+        public var eventHandler: (@Sendable (ImagePipeline.Event) -> Void)?
+        /// Receives diagnostic messages (failures, invalidation). Default `nil`: a library
+        /// never prints.
+        public var logger: (@Sendable (String) -> Void)?
+
+        /// Creates a configuration with the defaults, using `dataLoader` for downloads.
+        public init(dataLoader: any DataLoading = DataLoader()) {
+            let cores = max(1, ProcessInfo.processInfo.activeProcessorCount)
+            self.dataLoader = dataLoader
+            self.decoder = ImageDecoders.Default()
+            self.imageCache = ImageCache()
+            self.dataCache = nil
+            self.dataCachePolicy = .storeOriginalData
+            self.isHTTPCachingRespected = true
+            self.isTaskCoalescingEnabled = true
+            self.dataLoadingQueue = WorkQueue(name: "lumen.data", maxConcurrentCount: 6, execution: .tasks)
+            self.decodingQueue = WorkQueue(name: "lumen.decode", maxConcurrentCount: cores, execution: .threads)
+            self.processingQueue = WorkQueue(name: "lumen.process", maxConcurrentCount: cores, execution: .threads)
+            self.encodingQueue = WorkQueue(name: "lumen.encode", maxConcurrentCount: 1, execution: .threads)
+            self.maximumResponseDataSize = 64 << 20
+            self.maximumDecodedPixelCount = 100_000_000
+            self.retryPolicy = .none
+            self.eventHandler = nil
+            self.logger = nil
+        }
+    }
+
+    /// When a failed download is tried again.
+    ///
+    /// Only the fetch stage retries, immediately, while the fetch still has subscribers; the
+    /// subscribers see one outcome (the last attempt's).
+    public struct RetryPolicy: Sendable {
+        /// Total attempts including the first; 1 means no retries.
+        public var maximumAttempts: Int
+        /// Whether a failure may be retried. Never asked about cancellation.
+        public var shouldRetry: @Sendable (ImagePipeline.Error) -> Bool
+
+        /// - Parameters:
+        ///   - maximumAttempts: total attempts including the first.
+        ///   - shouldRetry: whether a failure may be retried; the default is
+        ///     ``isTransient(_:)``: transport errors, 408, 429 and 5xx — never a 404 or 403,
+        ///     which a second attempt would only repeat.
+        public init(maximumAttempts: Int, shouldRetry: @escaping @Sendable (ImagePipeline.Error) -> Bool = RetryPolicy.isTransient) {
+            precondition(maximumAttempts >= 1, "RetryPolicy: maximumAttempts must be at least 1")
+            self.maximumAttempts = maximumAttempts
+            self.shouldRetry = shouldRetry
+        }
+
+        /// No retries.
+        public static let none = RetryPolicy(maximumAttempts: 1) { _ in false }
+
+        /// Whether `error` is a failure that may pass: a download that failed without an HTTP
+        /// status (a transport error), or with 408 (timeout), 429 (too many requests) or 5xx.
+        @Sendable public static func isTransient(_ error: ImagePipeline.Error) -> Bool {
+            guard error.code == .dataLoadingFailed else { return false }
+            guard let status = error.statusCode else { return true }
+            return status == 408 || status == 429 || (500..<600).contains(status)
+        }
+    }
+}

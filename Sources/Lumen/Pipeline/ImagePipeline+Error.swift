@@ -1,0 +1,110 @@
+import Foundation
+
+/// An error that may carry an HTTP status code. Data loaders throw errors conforming to it
+/// for non-2xx responses, so that ``ImagePipeline/Error/statusCode`` can report the status.
+public protocol HTTPStatusCodeProviding: Error {
+    /// The HTTP status code of the response that failed, `nil` when the error is not about a
+    /// status.
+    var statusCode: Int? { get }
+}
+
+extension ImagePipeline {
+    /// Why the pipeline could not produce an image or data.
+    ///
+    /// One error type for everything the pipeline throws. Compare ``code`` to tell the cases
+    /// apart (new codes may be added without breaking callers); the other properties carry the
+    /// context that applies to that code.
+    ///
+    /// ```swift
+    /// do { _ = try await pipeline.image(for: url) }
+    /// catch let error as ImagePipeline.Error where error.code == .cancelled { … }
+    /// ```
+    public struct Error: Swift.Error, Sendable, CustomStringConvertible {
+        /// The kind of failure.
+        public struct Code: Hashable, Sendable, CustomStringConvertible {
+            private let name: String
+            private init(_ name: String) { self.name = name }
+            public var description: String { name }
+
+            /// The request (or every caller of the shared work) was cancelled.
+            public static let cancelled = Code("cancelled")
+            /// The data loader (or the request's data closure) threw; see ``underlyingError``
+            /// and ``statusCode``.
+            public static let dataLoadingFailed = Code("dataLoadingFailed")
+            /// The response had an empty body.
+            public static let dataIsEmpty = Code("dataIsEmpty")
+            /// The response is larger than the configured maximum; see ``limit`` and ``byteCount``.
+            public static let dataTooLarge = Code("dataTooLarge")
+            /// The data could not be decoded; ``underlyingError`` is usually an `ImagingError`.
+            public static let decodingFailed = Code("decodingFailed")
+            /// A processor threw; see ``processorIdentifier`` and ``underlyingError``.
+            public static let processingFailed = Code("processingFailed")
+            /// The pipeline was invalidated before or while the request ran.
+            public static let pipelineInvalidated = Code("pipelineInvalidated")
+            /// `returnCacheDataDontLoad` was set and the caches had nothing.
+            public static let dataMissingInCache = Code("dataMissingInCache")
+        }
+
+        /// The kind of failure.
+        public let code: Code
+        /// The error thrown by the loader, decoder or processor, when there was one.
+        public let underlyingError: (any Swift.Error)?
+        /// For ``Code/dataTooLarge``: the configured maximum, in bytes.
+        public let limit: Int?
+        /// For ``Code/dataTooLarge``: the declared or received byte count that exceeded it.
+        public let byteCount: Int?
+        /// For ``Code/processingFailed``: the failing processor's identifier.
+        public let processorIdentifier: String?
+
+        init(code: Code, underlyingError: (any Swift.Error)? = nil, limit: Int? = nil, byteCount: Int? = nil, processorIdentifier: String? = nil) {
+            self.code = code
+            self.underlyingError = underlyingError
+            self.limit = limit
+            self.byteCount = byteCount
+            self.processorIdentifier = processorIdentifier
+        }
+
+        /// The HTTP status, when loading failed because of a non-2xx response (the underlying
+        /// error conforms to ``HTTPStatusCodeProviding``).
+        public var statusCode: Int? {
+            guard code == .dataLoadingFailed else { return nil }
+            return (underlyingError as? any HTTPStatusCodeProviding)?.statusCode ?? nil
+        }
+
+        public static let cancelled = Error(code: .cancelled)
+        public static let dataIsEmpty = Error(code: .dataIsEmpty)
+        public static let pipelineInvalidated = Error(code: .pipelineInvalidated)
+        public static let dataMissingInCache = Error(code: .dataMissingInCache)
+        public static func dataLoadingFailed(_ error: any Swift.Error) -> Error {
+            Error(code: .dataLoadingFailed, underlyingError: error)
+        }
+        public static func dataTooLarge(limit: Int, byteCount: Int) -> Error {
+            Error(code: .dataTooLarge, limit: limit, byteCount: byteCount)
+        }
+        public static func decodingFailed(_ error: any Swift.Error) -> Error {
+            Error(code: .decodingFailed, underlyingError: error)
+        }
+        public static func processingFailed(processor: String, _ error: any Swift.Error) -> Error {
+            Error(code: .processingFailed, underlyingError: error, processorIdentifier: processor)
+        }
+
+        public var description: String {
+            switch code {
+            case .dataLoadingFailed:
+                if let statusCode { return "dataLoadingFailed(status \(statusCode))" }
+                return "dataLoadingFailed(\(underlyingError.map { "\($0)" } ?? "unknown"))"
+            case .dataTooLarge: return "dataTooLarge(limit: \(limit ?? 0), byteCount: \(byteCount ?? 0))"
+            case .decodingFailed: return "decodingFailed(\(underlyingError.map { "\($0)" } ?? "unknown"))"
+            case .processingFailed:
+                return "processingFailed(\(processorIdentifier ?? "?"): \(underlyingError.map { "\($0)" } ?? "unknown"))"
+            default: return code.description
+            }
+        }
+
+        /// Matches an error by code, so that `case ImagePipeline.Error.cancelled` works in
+        /// `catch` clauses and `switch`es.
+        public static func ~= (pattern: Error, value: any Swift.Error) -> Bool {
+            (value as? Error)?.code == pattern.code
+        }
+    }
+}

@@ -1,0 +1,178 @@
+import Foundation
+import Synchronization
+
+extension ImagePipeline {
+    /// A stage of the work graph.
+    public enum Stage: String, Sendable, Hashable, CaseIterable {
+        /// Fetching the original bytes (the data loader or the request's data closure).
+        case fetch
+        /// Decoding the original bytes at a decode size.
+        case decode
+        /// Applying one processor to the result of the stage below.
+        case process
+    }
+
+    /// Something that happened to a stage's shared work. `key` describes the stage key (the
+    /// URL and the inputs that make the work distinct).
+    public enum Event: Sendable {
+        /// New work started (nothing equivalent was running).
+        case started(Stage, key: String)
+        /// A subscriber joined work that was already running.
+        case joined(Stage, key: String)
+        /// The work produced its result.
+        case completed(Stage, key: String)
+        /// The work failed; every subscriber got `error`.
+        case failed(Stage, key: String, ImagePipeline.Error)
+        /// The last subscriber left and the work was cancelled.
+        case cancelled(Stage, key: String)
+        /// The disk cache absorbed a problem (a dropped write, an unreadable or corrupt entry
+        /// removed, a directory it could not list); the request went on without it (to the
+        /// network on a read). Reported for the disk cache of the pipeline's configuration when
+        /// it is a ``DataCache``, and for encoding failures under an encoding policy.
+        case cacheFailure(DataCache.Failure)
+
+        /// The stage the event is about (`.fetch` for cache failures: the disk cache sits in
+        /// front of the fetch).
+        public var stage: Stage {
+            switch self {
+            case .started(let s, _), .joined(let s, _), .completed(let s, _), .failed(let s, _, _), .cancelled(let s, _): s
+            case .cacheFailure: .fetch
+            }
+        }
+    }
+
+    /// A snapshot of what the pipeline has done since it was created.
+    public struct Metrics: Sendable, Hashable {
+        /// Counters for one stage.
+        public struct StageMetrics: Sendable, Hashable {
+            /// New work started (a new task in the stage's pool).
+            public var started = 0
+            /// Subscribers that joined work already running.
+            public var joined = 0
+            /// Work that finished with a result.
+            public var completed = 0
+            /// Work that failed.
+            public var failed = 0
+            /// Work cancelled because its last subscriber left.
+            public var cancelled = 0
+        }
+
+        /// Fetch stage counters.
+        public var fetch = StageMetrics()
+        /// Decode stage counters.
+        public var decode = StageMetrics()
+        /// Processing stage counters (one task per processor prefix).
+        public var process = StageMetrics()
+        /// Calls to the data loader for network URLs (including retries); `file:` and `data:`
+        /// URLs and closure requests are not counted.
+        public var networkRequestsStarted = 0
+        /// Calls to the data loader for `file:` and `data:` URLs.
+        public var localLoadsStarted = 0
+        /// Loader calls running now.
+        public var networkRequestsInFlight = 0
+        /// The most loader calls ever running at once.
+        public var peakNetworkRequestsInFlight = 0
+        /// Calls to the decoder.
+        public var decodes = 0
+        /// Calls to processors.
+        public var processorApplications = 0
+        /// Bytes received from loaders and data closures.
+        public var bytesDownloaded = 0
+        /// Shared tasks of the graph still alive (allocated and not yet released).
+        public var liveTasks = 0
+        /// Image and data requests that have not finished yet.
+        public var liveRequests = 0
+
+        /// Counters for one cache layer, as the pipeline used it.
+        public struct CacheLayerMetrics: Sendable, Hashable {
+            /// Lookups made.
+            public var lookups = 0
+            /// Lookups that answered (for the disk: an entry was found, fresh or not).
+            public var hits = 0
+            /// Entries written (for the disk: writes handed to the cache).
+            public var writes = 0
+        }
+
+        /// The memory cache (decoded images).
+        public var memoryCache = CacheLayerMetrics()
+        /// The disk cache (original data and encoded processed images).
+        public var diskCache = CacheLayerMetrics()
+        /// Memory-cache writes refused because the image cost more than the cache's per-entry
+        /// limit (``ImageCache/entryCostLimit``).
+        public var memoryCacheRejectedOversize = 0
+        /// Stale disk entries asked about with a conditional request.
+        public var revalidations = 0
+        /// Conditional requests answered `304 Not Modified` (the entry was renewed, its bytes
+        /// not downloaded again).
+        public var notModified = 0
+        /// Disk entries served without asking the server (fresh, or `returnCacheDataDontLoad`).
+        public var diskCacheFreshHits = 0
+        /// Problems the caches absorbed (see ``Event/cacheFailure(_:)``).
+        public var cacheFailures = 0
+
+        /// The counters for `stage`.
+        public subscript(stage: Stage) -> StageMetrics {
+            get {
+                switch stage {
+                case .fetch: fetch
+                case .decode: decode
+                case .process: process
+                }
+            }
+            set {
+                switch stage {
+                case .fetch: fetch = newValue
+                case .decode: decode = newValue
+                case .process: process = newValue
+                }
+            }
+        }
+    }
+}
+
+/// The pipeline's counters, with waiters that tests use to observe them without sleeping.
+final class MetricsStore: Sendable {
+    private struct Waiter {
+        var condition: @Sendable (ImagePipeline.Metrics) -> Bool
+        var continuation: CheckedContinuation<Void, Never>
+    }
+
+    private struct State {
+        var metrics = ImagePipeline.Metrics()
+        var waiters: [Waiter] = []
+    }
+
+    private let state = Mutex(State())
+
+    /// A consistent snapshot.
+    var snapshot: ImagePipeline.Metrics { state.withLock { $0.metrics } }
+
+    /// Applies `update`, then resumes the waiters it satisfied.
+    func withLock(_ update: (inout ImagePipeline.Metrics) -> Void) {
+        let ready: [Waiter] = state.withLock { state in
+            update(&state.metrics)
+            guard !state.waiters.isEmpty else { return [] }
+            let metrics = state.metrics
+            var ready: [Waiter] = []
+            state.waiters.removeAll { waiter in
+                guard waiter.condition(metrics) else { return false }
+                ready.append(waiter)
+                return true
+            }
+            return ready
+        }
+        for waiter in ready { waiter.continuation.resume() }
+    }
+
+    /// Returns once the metrics satisfy `condition` (at once if they already do).
+    func wait(until condition: @escaping @Sendable (ImagePipeline.Metrics) -> Bool) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ready = state.withLock { state in
+                if condition(state.metrics) { return true }
+                state.waiters.append(Waiter(condition: condition, continuation: continuation))
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+    }
+}

@@ -1,0 +1,154 @@
+import Foundation
+import Synchronization
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Loads, decodes and processes images, doing equivalent work once.
+///
+/// A request is a chain of stages — fetch the original data, decode it at a size, apply each
+/// processor — and each stage is shared work in a pool keyed by exactly what changes its
+/// result (see ``ImageRequest``). A request joins running work wherever its inputs agree
+/// with another's: eight requests for one URL make one download and one decode; the same URL
+/// at two sizes makes one download and two decodes; `[a]` and `[a, b]` apply `a` once.
+///
+/// Work lives as long as somebody needs it: cancelling a request removes its subscription,
+/// and a stage is cancelled only when its last subscriber leaves. A stage runs at the highest
+/// priority among its subscribers. A failed stage leaves its pool at once, so the next request
+/// starts fresh. With ``Configuration/isTaskCoalescingEnabled`` off, every request builds its
+/// own chain.
+///
+/// Caching is not coalescing: caches reuse results that exist. Before any work starts, the
+/// memory cache answers a request whose final image it holds, synchronously (see
+/// ``imageTask(with:)``). Otherwise each stage consults the layer that fits it before depending
+/// on the stage below: the processed image on disk (under an encoding
+/// ``Configuration/dataCachePolicy``), then an intermediate processor prefix in memory, then
+/// the original bytes on disk — revalidated with a conditional request when stale — and only
+/// then the network. ``ImageResponse/cacheType`` says which layer answered. Disk I/O runs on
+/// the data-loading queue's tasks and decoding on the decoding queue, never under the graph's
+/// lock. A broken disk cache never fails a request: it is reported through
+/// ``Configuration/eventHandler`` (``Event/cacheFailure(_:)``) and the logger.
+///
+/// ```swift
+/// let pipeline = ImagePipeline(configuration: .init())
+/// let response = try await pipeline.image(for: ImageRequest(url: url, thumbnail: .maxPixelSize(320)))
+/// ```
+public final class ImagePipeline: Sendable {
+    /// The configuration the pipeline was created with.
+    public let configuration: Configuration
+    let graph: WorkGraph
+
+    /// A pipeline with the default configuration.
+    public static let shared = ImagePipeline(configuration: Configuration())
+
+    /// The token of this pipeline's listener on its ``DataCache``'s failures.
+    private let failureObserver: Int?
+
+    /// Creates a pipeline.
+    public init(configuration: Configuration = Configuration()) {
+        self.configuration = configuration
+        let graph = WorkGraph(configuration: configuration)
+        self.graph = graph
+        if let dataCache = configuration.dataCache as? DataCache {
+            // Weak: the cache may outlive the pipeline (another pipeline over the same cache).
+            failureObserver = dataCache.failureObservers.add { [weak caches = graph.caches] failure in
+                caches?.report(failure)
+            }
+        } else {
+            failureObserver = nil
+        }
+    }
+
+    deinit {
+        if let failureObserver, let dataCache = configuration.dataCache as? DataCache {
+            dataCache.failureObservers.remove(failureObserver)
+        }
+    }
+
+    /// Starts loading `request` and returns its task. The task has subscribed to the graph
+    /// when this returns.
+    ///
+    /// The memory cache is consulted first, synchronously (no actor hop, no Swift task): on a
+    /// hit the returned task has already completed with a response whose `cacheType` is
+    /// `.memory`. On a miss, the memory cache is asked for the longest processor prefix it
+    /// holds, and the graph starts from there.
+    public func imageTask(with request: ImageRequest) -> ImageTask {
+        if let response = cachedResponse(for: request) {
+            return ImageTask(request: request, graph: graph, completedWith: response)
+        }
+        return startTask(with: request)
+    }
+
+    /// Starts `request` in the graph (its final image was not in memory).
+    private func startTask(with request: ImageRequest) -> ImageTask {
+        // Keys hash processors' identities (user code): computed before taking the lock.
+        let caches = graph.caches
+        var keys = RequestKeys(request, memoryCache: caches.imageCache != nil, diskCache: caches.dataCache != nil)
+        if let cacheKeys = keys.cache, !cacheKeys.memory.isEmpty, request.processors.count > 0, CacheLayers.readsMemory(request.options) {
+            for count in stride(from: request.processors.count - 1, through: 0, by: -1) {
+                if let container = graph.caches.cachedImage(for: cacheKeys.memory[count]) {
+                    keys.cachedPrefix = (count, container)
+                    break
+                }
+            }
+        }
+        let task = ImageTask(request: request, graph: graph)
+        graph.sync { task.startLocked(keys: keys) }
+        return task
+    }
+
+    /// The memory-cache hit path: the final image of `request`, if the memory cache has it and
+    /// the request may read it.
+    func cachedResponse(for request: ImageRequest) -> ImageResponse? {
+        guard graph.caches.imageCache != nil, CacheLayers.readsMemory(request.options),
+              !graph.invalidatedFlag.load(ordering: .acquiring) else { return nil }
+        let key = RequestCacheKeys.finalMemoryKey(request)
+        guard let container = graph.caches.cachedImage(for: key) else { return nil }
+        return ImageResponse(container: container, request: request, cacheType: .memory)
+    }
+
+    /// Loads the image at `url`.
+    /// - Throws: ``Error``; `.cancelled` when the calling Swift task is cancelled.
+    public func image(for url: URL) async throws -> ImageResponse {
+        try await image(for: ImageRequest(url: url))
+    }
+
+    /// Loads `request`. Cancelling the calling Swift task cancels the request.
+    /// - Throws: ``Error``; `.cancelled` when the calling Swift task is cancelled.
+    public func image(for request: ImageRequest) async throws -> ImageResponse {
+        if Task.isCancelled { throw Error.cancelled } // don't start work nobody awaits
+        if let response = cachedResponse(for: request) { return response } // no task at all
+        return try await startTask(with: request).response
+    }
+
+    /// Loads the original bytes of `request` (no decoding), sharing a running download of the
+    /// same data. Cancelling the calling Swift task cancels the request.
+    /// - Returns: the bytes and the response they came with (`nil` for data closures).
+    /// - Throws: ``Error``.
+    public func data(for request: ImageRequest) async throws -> (Data, URLResponse?) {
+        if Task.isCancelled { throw Error.cancelled }
+        let fetched = try await DataRequestTask(request: request, graph: graph).run()
+        return (fetched.data, fetched.urlResponse)
+    }
+
+    /// Cancels every running request and makes later requests fail with
+    /// ``Error/Code/pipelineInvalidated``.
+    public func invalidate() {
+        graph.invalidate()
+    }
+
+    /// Whether ``invalidate()`` was called.
+    public var isInvalidated: Bool { graph.sync { graph.isInvalidated } }
+
+    /// What the pipeline has done so far: a consistent snapshot.
+    public var metrics: Metrics { graph.metricsStore.snapshot }
+}
+
+extension ImagePipeline {
+    /// Returns once the metrics satisfy `condition` (at once if they already do): lets tests
+    /// wait for the graph to reach a state — N subscribers joined, no live tasks — without
+    /// sleeping. Never call it from the event handler.
+    public func waitForMetrics(until condition: @escaping @Sendable (Metrics) -> Bool) async {
+        await graph.metricsStore.wait(until: condition)
+    }
+}

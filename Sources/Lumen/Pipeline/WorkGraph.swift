@@ -1,0 +1,177 @@
+import Foundation
+import Synchronization
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The owner of the work graph's bookkeeping: the stage pools, every ``SharedTask``'s
+/// subscribers and priorities, and every ``ImageTask``'s state.
+///
+/// **Why one lock rather than a global actor.** Every bookkeeping step (subscribe, leave,
+/// change a priority, deliver a result) is short and synchronous. A lock lets
+/// ``ImageTask/cancel()`` and the ``ImageTask/priority`` setter take effect before they return
+/// — a cancelled download is out of its queue, a raised priority has reached the queued
+/// decode — with no hop and no ordering races between hops, and joining running work costs one
+/// uncontended lock round-trip instead of an actor hop per subscriber. The price is
+/// discipline, kept here: nothing foreign runs under the lock. The event handler, the logger,
+/// finishing event streams (which runs their termination handlers) and Swift task
+/// cancellation (which runs cancellation handlers synchronously) are queued with
+/// ``afterUnlock(_:)`` and run by ``sync(_:)`` once the lock is released. Resuming a
+/// continuation only enqueues the awaiting task, so that happens under the lock. Decoding, processing and loading run on the queues' workers and take the lock
+/// only to report. Lock order: graph lock, then a ``WorkQueue``'s lock; never the reverse.
+final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
+    let configuration: ImagePipeline.Configuration
+    let metricsStore = MetricsStore()
+    /// The cache layers, used off the lock.
+    let caches: CacheLayers
+    /// Mirrors ``isInvalidated`` for the memory-hit path, which does not take the lock.
+    let invalidatedFlag = Atomic<Bool>(false)
+
+    private let lock = NSLock()
+    private var deferred: [() -> Void] = []
+    private var fetchPool: [FetchKey: FetchTask] = [:]
+    private var decodePool: [DecodeKey: DecodeTask] = [:]
+    private var processPool: [ProcessKey: ProcessTask] = [:]
+    private var roots: [ObjectIdentifier: any RootTask] = [:]
+    private(set) var isInvalidated = false
+
+    init(configuration: ImagePipeline.Configuration) {
+        self.configuration = configuration
+        self.caches = CacheLayers(configuration: configuration, metrics: metricsStore)
+    }
+
+    /// Runs `body` holding the lock, then the effects it queued, in order, without it.
+    func sync<T>(_ body: () throws -> T) rethrows -> T {
+        lock.lock()
+        let result: T
+        do {
+            result = try body()
+        } catch {
+            let effects = deferred
+            deferred = []
+            lock.unlock()
+            effects.forEach { $0() }
+            throw error
+        }
+        let effects = deferred
+        deferred = []
+        lock.unlock()
+        effects.forEach { $0() }
+        return result
+    }
+
+    /// Queues `effect` to run after the lock is released. Must hold the lock.
+    func afterUnlock(_ effect: @escaping () -> Void) {
+        deferred.append(effect)
+    }
+
+    /// Reports `event` to the configured handler, after unlocking. Must hold the lock.
+    func emit(_ event: @autoclosure () -> ImagePipeline.Event) {
+        guard let handler = configuration.eventHandler else { return }
+        let event = event()
+        afterUnlock { handler(event) }
+    }
+
+    /// Sends a diagnostic message to the logger. Must hold the lock; `message` is built after
+    /// unlocking (it may describe user errors), so it must capture values, not graph state.
+    func log(_ message: @escaping () -> String) {
+        guard let logger = configuration.logger else { return }
+        afterUnlock { logger(message()) }
+    }
+
+    func count(_ stage: ImagePipeline.Stage, _ update: (inout ImagePipeline.Metrics.StageMetrics) -> Void) {
+        metricsStore.withLock { update(&$0[stage]) }
+    }
+
+    // MARK: - Roots
+
+    /// Registers a request that has started. Must hold the lock.
+    func register(_ root: any RootTask) {
+        roots[ObjectIdentifier(root)] = root
+        metricsStore.withLock { $0.liveRequests += 1 }
+    }
+
+    /// Unregisters a request that has ended. Must hold the lock.
+    func unregister(_ root: any RootTask) {
+        if roots.removeValue(forKey: ObjectIdentifier(root)) != nil {
+            metricsStore.withLock { $0.liveRequests -= 1 }
+        }
+    }
+
+    /// Cancels every request and refuses new ones.
+    func invalidate() {
+        sync {
+            guard !isInvalidated else { return }
+            isInvalidated = true
+            invalidatedFlag.store(true, ordering: .releasing)
+            let count = roots.count
+            log { "pipeline invalidated with \(count) requests running" }
+            for root in Array(roots.values) { root.cancelLocked() }
+        }
+    }
+
+    // MARK: - Stage tasks
+
+    /// The task fetching `request`'s original data: shared when coalescing is on. `diskKey` is
+    /// the original data's disk-cache key (`nil` without a disk cache).
+    func fetchTask(for request: ImageRequest, key: FetchKey? = nil, diskKey: String?) -> FetchTask {
+        let key = key ?? FetchKey(request)
+        guard configuration.isTaskCoalescingEnabled else { return FetchTask(graph: self, request: request, key: key, diskKey: diskKey) }
+        if let task = fetchPool[key] { return task }
+        let task = FetchTask(graph: self, request: request, key: key, diskKey: diskKey)
+        fetchPool[key] = task
+        task.onDisposed = { [unowned self] in fetchPool[key] = nil }
+        return task
+    }
+
+    /// The task producing `request`'s image with its first `processorCount` processors applied.
+    /// `isFinal`: the caller is a request whose final image this is (the stage then looks for
+    /// its processed entry on disk before depending on the stage below).
+    func imageTask(for request: ImageRequest, keys: RequestKeys, processorCount: Int, isFinal: Bool) -> ImageStageTask {
+        let decodeKey = keys.decode
+        guard processorCount > 0 else {
+            guard configuration.isTaskCoalescingEnabled else {
+                return DecodeTask(graph: self, request: request, key: decodeKey, cacheKeys: keys.cache, isFinal: isFinal)
+            }
+            if let task = decodePool[decodeKey] { return task }
+            let task = DecodeTask(graph: self, request: request, key: decodeKey, cacheKeys: keys.cache, isFinal: isFinal)
+            decodePool[decodeKey] = task
+            task.onDisposed = { [unowned self] in decodePool[decodeKey] = nil }
+            return task
+        }
+        let key = keys.process[processorCount - 1]
+        guard configuration.isTaskCoalescingEnabled else {
+            return ProcessTask(graph: self, request: request, keys: keys, processorCount: processorCount, isFinal: isFinal)
+        }
+        if let task = processPool[key] { return task }
+        let task = ProcessTask(graph: self, request: request, keys: keys, processorCount: processorCount, isFinal: isFinal)
+        processPool[key] = task
+        task.onDisposed = { [unowned self] in processPool[key] = nil }
+        return task
+    }
+}
+
+/// A request at the top of the graph (an ``ImageTask`` or a data request), which
+/// ``WorkGraph/invalidate()`` cancels.
+protocol RootTask: AnyObject {
+    /// Cancels the request. Must hold the graph's lock.
+    func cancelLocked()
+}
+
+/// An image on its way up the graph.
+struct ImageResult: Sendable {
+    var container: ImageContainer
+    var urlResponse: URLResponse?
+    /// The cache layer the image (or the bytes it was made from) came from.
+    var cacheType: CacheType?
+}
+
+/// Original bytes and the response they came with.
+struct FetchedData: Sendable {
+    var data: Data
+    var urlResponse: URLResponse?
+    /// `.disk` when the bytes came from the disk cache (fresh, or renewed by a 304).
+    var cacheType: CacheType? = nil
+    /// The server answered `304 Not Modified` to a conditional request (no bytes).
+    var isNotModified = false
+}

@@ -1,0 +1,106 @@
+import Foundation
+
+/// The decode stage: subscribes to the fetch stage, then decodes the bytes at the request's
+/// decode size on a decoding worker thread.
+final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded by graph.lock
+    let key: DecodeKey
+
+    init(graph: WorkGraph, request: ImageRequest, key: DecodeKey, cacheKeys: RequestCacheKeys?, isFinal: Bool) {
+        self.key = key
+        super.init(graph: graph, request: request, cacheKeys: cacheKeys, isFinal: isFinal, stage: .decode)
+    }
+
+    override var keyDescription: String { key.description }
+
+    override func startBelow() {
+        let fetch = graph.fetchTask(for: request, key: key.fetch, diskKey: cacheKeys?.diskOriginal)
+        // Under `.storeEncodedImages`, original bytes are written only for requests that show
+        // the original itself (no processors, no decode size): their "processed" image is it.
+        if request.processors.isEmpty && request.thumbnail == nil { fetch.wantsOriginalOnDisk = true }
+        dependency = fetch.subscribe(priority: priority) { [self] event in
+            switch event {
+            case .progress(let progress): send(progress: progress)
+            case .failure(let error): fail(error)
+            case .value(let fetched):
+                dependency = nil
+                decode(fetched)
+            }
+        }
+    }
+
+    private func decode(_ fetched: FetchedData) {
+        let configuration = graph.configuration
+        let options = DecodeOptions(size: request.thumbnail, maximumPixelCount: configuration.maximumDecodedPixelCount)
+        let context = ImageDecodingContext(request: request, urlResponse: fetched.urlResponse, options: options)
+        let decoder = configuration.decoder
+        let queue = configuration.decodingQueue
+        let item = queue.enqueue(priority: priority) { [self] in
+            graph.metricsStore.withLock { $0.decodes += 1 }
+            do {
+                let container = try decoder.decode(fetched.data, context: context)
+                deliver(ImageResult(container: container, urlResponse: fetched.urlResponse, cacheType: fetched.cacheType))
+            } catch {
+                graph.sync {
+                    operation = nil
+                    fail(.decodingFailed(error))
+                }
+            }
+        }
+        operation = (queue, item)
+    }
+}
+
+/// A processing stage: subscribes to the stage below (the previous processor prefix, or the
+/// decode) — or starts from that prefix's image when the memory cache had it — then applies one
+/// processor on a processing worker thread.
+final class ProcessTask: ImageStageTask, @unchecked Sendable { // state guarded by graph.lock
+    let keys: RequestKeys
+    let processorCount: Int
+
+    init(graph: WorkGraph, request: ImageRequest, keys: RequestKeys, processorCount: Int, isFinal: Bool) {
+        self.keys = keys
+        self.processorCount = processorCount
+        super.init(graph: graph, request: request, cacheKeys: keys.cache, isFinal: isFinal, stage: .process)
+    }
+
+    var key: ProcessKey { keys.process[processorCount - 1] }
+
+    override var keyDescription: String { key.description }
+
+    override func startBelow() {
+        if let prefix = keys.cachedPrefix, prefix.count == processorCount - 1 {
+            process(ImageResult(container: prefix.container, urlResponse: nil, cacheType: .memory))
+            return
+        }
+        let below = graph.imageTask(for: request, keys: keys, processorCount: processorCount - 1, isFinal: false)
+        dependency = below.subscribe(priority: priority) { [self] event in
+            switch event {
+            case .progress(let progress): send(progress: progress)
+            case .failure(let error): fail(error)
+            case .value(let input):
+                dependency = nil
+                process(input)
+            }
+        }
+    }
+
+    private func process(_ input: ImageResult) {
+        let processor = request.processors[processorCount - 1]
+        let queue = graph.configuration.processingQueue
+        let item = queue.enqueue(priority: priority) { [self] in
+            graph.metricsStore.withLock { $0.processorApplications += 1 }
+            do {
+                var output = input
+                output.container.image = try processor.process(input.container.image)
+                output.container.data = nil
+                deliver(output)
+            } catch {
+                graph.sync {
+                    operation = nil
+                    fail(.processingFailed(processor: processor.identifier, error))
+                }
+            }
+        }
+        operation = (queue, item)
+    }
+}

@@ -1,0 +1,206 @@
+import Foundation
+import Synchronization
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The fetch stage: answers from the disk cache when it holds fresh original bytes, else
+/// loads them with the data loader (or calls the request's data closure) on the data-loading
+/// queue, streaming progress to subscribers, and writes them to the disk cache.
+///
+/// Disk reads and writes run here, on the data-loading queue's task, never under the graph's
+/// lock. A stale entry with validators is revalidated: the request carries `If-None-Match` /
+/// `If-Modified-Since`, a `304 Not Modified` renews the entry and serves its bytes, a `200`
+/// replaces it. Failures are never written. `file:` and `data:` URLs, and methods other than
+/// `GET`, bypass the disk cache.
+///
+/// The maximum response size is enforced from the declared length at the first chunk and
+/// again while the body accumulates; an empty body is an error. Failures the retry policy
+/// allows are retried while the task still has subscribers.
+final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state guarded by graph.lock
+    let request: ImageRequest
+    let key: FetchKey
+    /// The original data's disk-cache key; `nil` when the pipeline has no disk cache or the
+    /// source is local.
+    let diskKey: String?
+    /// Whether a subscriber needs the original bytes on disk even under
+    /// `.storeEncodedImages` (a data request, or a request for the unprocessed original).
+    var wantsOriginalOnDisk = false
+
+    init(graph: WorkGraph, request: ImageRequest, key: FetchKey, diskKey: String?) {
+        self.request = request
+        self.key = key
+        self.diskKey = graph.caches.dataCache == nil || !Self.isCacheable(request) ? nil : diskKey
+        super.init(graph: graph, stage: .fetch)
+    }
+
+    override var keyDescription: String { key.description }
+
+    override func start() {
+        let queue = graph.configuration.dataLoadingQueue
+        let item = queue.enqueue(priority: priority) { [self] in await run() }
+        operation = (queue, item)
+    }
+
+    /// Data closures and remote `GET`s go through the disk cache; local URLs and other methods
+    /// (whose bytes the disk key, made of the image identity, would not describe) don't.
+    private static func isCacheable(_ request: ImageRequest) -> Bool {
+        switch request.resource {
+        case .closure: return true
+        case .urlRequest(let urlRequest):
+            let scheme = urlRequest.url?.scheme?.lowercased()
+            let method = urlRequest.httpMethod?.uppercased() ?? "GET"
+            return scheme != "file" && scheme != "data" && method == "GET"
+        }
+    }
+
+    private func complete(_ result: Result<FetchedData, ImagePipeline.Error>) {
+        graph.sync {
+            operation = nil
+            switch result {
+            case .success(let fetched): finish(with: fetched)
+            case .failure(let error): fail(error)
+            }
+        }
+    }
+
+    private func run() async {
+        let caches = graph.caches
+        let options = request.options
+        var stale: (data: Data, metadata: CacheMetadata)?
+        if let diskKey, CacheLayers.readsDisk(options), let entry = caches.cachedData(for: diskKey) {
+            if options.contains(.returnCacheDataDontLoad) || caches.isFresh(entry.metadata) {
+                graph.metricsStore.withLock { $0.diskCacheFreshHits += 1 }
+                complete(.success(FetchedData(data: entry.data, urlResponse: nil, cacheType: .disk)))
+                return
+            }
+            stale = entry
+        }
+        if options.contains(.returnCacheDataDontLoad) {
+            complete(.failure(.dataMissingInCache))
+            return
+        }
+        var conditionalHeaders: [String: String] = [:]
+        if let stale, case .urlRequest = request.resource { conditionalHeaders = stale.metadata.conditionalHeaders }
+        let policy = graph.configuration.retryPolicy
+        var attempt = 0
+        while true {
+            attempt += 1
+            if !conditionalHeaders.isEmpty { graph.metricsStore.withLock { $0.revalidations += 1 } }
+            let result = await loadOnce(conditionalHeaders: conditionalHeaders)
+            switch result {
+            case .success(var fetched):
+                if fetched.isNotModified {
+                    guard let stale, let diskKey, !conditionalHeaders.isEmpty else {
+                        complete(.failure(.dataIsEmpty)) // a 304 nobody asked for has no bytes
+                        return
+                    }
+                    graph.metricsStore.withLock { $0.notModified += 1 }
+                    caches.renew(key: diskKey, metadata: stale.metadata, response: fetched.urlResponse)
+                    fetched = FetchedData(data: stale.data, urlResponse: fetched.urlResponse, cacheType: .disk)
+                } else if let diskKey, CacheLayers.writesDisk(options) {
+                    let writes = caches.storesOriginalData || graph.sync { wantsOriginalOnDisk }
+                    if writes { caches.storeData(fetched.data, response: fetched.urlResponse, for: diskKey) }
+                }
+                complete(.success(fetched))
+                return
+            case .failure(let error):
+                if error.code != .cancelled, attempt < policy.maximumAttempts, !Task.isCancelled, policy.shouldRetry(error) {
+                    continue
+                }
+                complete(.failure(error))
+                return
+            }
+        }
+    }
+
+    private func loadOnce(conditionalHeaders: [String: String]) async -> Result<FetchedData, ImagePipeline.Error> {
+        let limit = graph.configuration.maximumResponseDataSize
+        switch request.resource {
+        case .closure(_, let load):
+            do {
+                let data = try await load()
+                try Task.checkCancellation()
+                graph.metricsStore.withLock { $0.bytesDownloaded += data.count }
+                if data.isEmpty { return .failure(.dataIsEmpty) }
+                if data.count > limit { return .failure(.dataTooLarge(limit: limit, byteCount: data.count)) }
+                return .success(FetchedData(data: data, urlResponse: nil))
+            } catch {
+                return .failure(Self.wrap(error))
+            }
+        case .urlRequest(var urlRequest):
+            for (name, value) in conditionalHeaders { urlRequest.setValue(value, forHTTPHeaderField: name) }
+            // `file:` and `data:` URLs go through the loader too, but not over the network.
+            let scheme = urlRequest.url?.scheme?.lowercased()
+            let isNetwork = scheme != "file" && scheme != "data"
+            graph.metricsStore.withLock {
+                if isNetwork {
+                    $0.networkRequestsStarted += 1
+                    $0.networkRequestsInFlight += 1
+                    $0.peakNetworkRequestsInFlight = max($0.peakNetworkRequestsInFlight, $0.networkRequestsInFlight)
+                } else {
+                    $0.localLoadsStarted += 1
+                }
+            }
+            defer { if isNetwork { graph.metricsStore.withLock { $0.networkRequestsInFlight -= 1 } } }
+            let body = Body(limit: limit)
+            do {
+                let response = try await graph.configuration.dataLoader.loadData(for: urlRequest) { [self] chunk, response in
+                    let progress = try body.append(chunk, response: response)
+                    graph.metricsStore.withLock { $0.bytesDownloaded += chunk.count }
+                    graph.sync { send(progress: progress) }
+                }
+                try Task.checkCancellation()
+                if (response as? HTTPURLResponse)?.statusCode == 304 {
+                    return .success(FetchedData(data: Data(), urlResponse: response, isNotModified: true))
+                }
+                let data = body.data
+                if data.isEmpty { return .failure(.dataIsEmpty) }
+                return .success(FetchedData(data: data, urlResponse: response))
+            } catch {
+                return .failure(Self.wrap(error))
+            }
+        }
+    }
+
+    private static func wrap(_ error: any Error) -> ImagePipeline.Error {
+        if let error = error as? ImagePipeline.Error { return error }
+        if Task.isCancelled || error is CancellationError { return .cancelled }
+        if let error = error as? URLError, error.code == .cancelled { return .cancelled }
+        return .dataLoadingFailed(error)
+    }
+
+    /// The body as it accumulates, with the size checks. The loader calls `didReceive`
+    /// serially, but from whatever thread it likes, hence the mutex.
+    private final class Body: Sendable {
+        private struct State {
+            var data = Data()
+            var expected: Int64 = 0
+            var isFirstChunk = true
+        }
+
+        private let limit: Int
+        private let state = Mutex(State())
+
+        init(limit: Int) { self.limit = limit }
+
+        var data: Data { state.withLock { $0.data } }
+
+        func append(_ chunk: Data, response: URLResponse) throws(ImagePipeline.Error) -> ImageTask.Progress {
+            let limit = self.limit
+            return try state.withLock { state throws(ImagePipeline.Error) -> ImageTask.Progress in
+                if state.isFirstChunk {
+                    state.isFirstChunk = false
+                    state.expected = max(0, response.expectedContentLength)
+                    if state.expected > Int64(limit) {
+                        throw .dataTooLarge(limit: limit, byteCount: Int(clamping: state.expected))
+                    }
+                }
+                let total = state.data.count + chunk.count
+                if total > limit { throw .dataTooLarge(limit: limit, byteCount: total) }
+                state.data.append(chunk)
+                return ImageTask.Progress(completed: Int64(total), total: max(state.expected, Int64(total)))
+            }
+        }
+    }
+}

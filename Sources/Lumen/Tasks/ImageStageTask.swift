@@ -1,0 +1,126 @@
+import Foundation
+
+/// A "load image" stage (the decode, or a processor prefix) with its cache layers: before
+/// depending on the stage below it may answer from the disk cache's processed entry, and when
+/// it produces an image that some request asked for exactly, it stores it in memory (and, under
+/// an encoding policy, encodes it for the disk).
+///
+/// Intermediate results are stored only when they are some request's final image: the roots
+/// that subscribe to this stage as their top mark it with ``markRequested(memoryKey:diskKey:)``.
+class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state guarded by graph.lock
+    let request: ImageRequest
+    /// The creator's cache keys; `nil` without caches.
+    let cacheKeys: RequestCacheKeys?
+    /// Whether this stage was created as its creator's final stage and reads the processed
+    /// entry from disk first (encoding policies only).
+    let readsProcessedFromDisk: Bool
+    private var requestedMemoryKeys: [ImageCacheKey] = []
+    private var requestedDiskKeys: [String] = []
+
+    init(graph: WorkGraph, request: ImageRequest, cacheKeys: RequestCacheKeys?, isFinal: Bool, stage: ImagePipeline.Stage) {
+        self.request = request
+        self.cacheKeys = cacheKeys
+        let caches = graph.caches
+        self.readsProcessedFromDisk = isFinal && caches.dataCache != nil && caches.storesEncodedImages
+            && cacheKeys?.diskProcessed != nil && CacheLayers.readsDisk(request.options)
+        super.init(graph: graph, stage: stage)
+    }
+
+    /// Records that a request wants this stage's image as its final image, under its own keys
+    /// (requests sharing a stage may differ in `imageID`). Must hold the graph's lock.
+    final func markRequested(memoryKey: ImageCacheKey?, diskKey: String?) {
+        if let memoryKey, !requestedMemoryKeys.contains(memoryKey) { requestedMemoryKeys.append(memoryKey) }
+        if let diskKey, !requestedDiskKeys.contains(diskKey) { requestedDiskKeys.append(diskKey) }
+    }
+
+    override final func start() {
+        guard readsProcessedFromDisk, let key = cacheKeys?.diskProcessed else {
+            startBelow()
+            return
+        }
+        // Disk I/O never runs under the graph's lock: read on the data-loading queue.
+        let queue = graph.configuration.dataLoadingQueue
+        let item = queue.enqueue(priority: priority) { [self] in
+            let caches = graph.caches
+            if let entry = caches.cachedData(for: key), caches.isFresh(entry.metadata) {
+                graph.sync {
+                    operation = nil
+                    guard !isDisposed else { return }
+                    decodeProcessed(entry.data, key: key)
+                }
+            } else {
+                graph.sync {
+                    operation = nil
+                    guard !isDisposed else { return }
+                    startBelow()
+                }
+            }
+        }
+        operation = (queue, item)
+    }
+
+    /// Subscribes to the stage below. Must hold the graph's lock.
+    func startBelow() { preconditionFailure("ImageStageTask.startBelow() must be overridden") }
+
+    /// Decodes a processed entry read from disk on a decoding worker; an undecodable entry is
+    /// removed and the stage goes on as a miss. Must hold the graph's lock.
+    private func decodeProcessed(_ data: Data, key: String) {
+        let configuration = graph.configuration
+        let options = DecodeOptions(size: nil, maximumPixelCount: configuration.maximumDecodedPixelCount)
+        let context = ImageDecodingContext(request: request, urlResponse: nil, options: options)
+        let queue = configuration.decodingQueue
+        let item = queue.enqueue(priority: priority) { [self] in
+            graph.metricsStore.withLock { $0.decodes += 1 }
+            do {
+                let container = try configuration.decoder.decode(data, context: context)
+                deliver(ImageResult(container: container, urlResponse: nil, cacheType: .disk), isEncodedOnDisk: true)
+            } catch {
+                graph.caches.dataCache?.removeData(for: key)
+                graph.sync {
+                    operation = nil
+                    guard !isDisposed else { return }
+                    startBelow()
+                }
+            }
+        }
+        operation = (queue, item)
+    }
+
+    /// Delivers an image produced on a worker: stores it in the layers that want it, then
+    /// finishes the stage. Must not hold the graph's lock.
+    final func deliver(_ result: ImageResult, isEncodedOnDisk: Bool = false) {
+        let caches = graph.caches
+        // Stored before the stage finishes, so that a request made as soon as this one's
+        // response arrives finds the image in memory.
+        let wantsKeys = caches.imageCache != nil || (caches.dataCache != nil && caches.storesEncodedImages)
+        let (memoryKeys, diskKeys) = wantsKeys ? graph.sync { (requestedMemoryKeys, requestedDiskKeys) } : ([], [])
+        let options = request.options
+        if !options.contains(.disableMemoryCacheWrites) {
+            for key in memoryKeys { caches.storeImage(result.container, for: key) }
+        }
+        if !isEncodedOnDisk, !diskKeys.isEmpty, caches.dataCache != nil, caches.storesEncodedImages,
+           CacheLayers.writesDisk(options), !result.container.isPreview {
+            encode(result.container.image, for: diskKeys)
+        }
+        graph.sync {
+            operation = nil
+            finish(with: result)
+        }
+    }
+
+    /// Encodes `image` on the encoding queue (JPEG when opaque, PNG with alpha) and writes it
+    /// under `keys`. Not tied to the stage's life: the response does not wait for it.
+    private func encode(_ image: Bitmap, for keys: [String]) {
+        let caches = graph.caches
+        let directory = (caches.dataCache as? DataCache)?.directory.path ?? ""
+        _ = graph.configuration.encodingQueue.enqueue(priority: priority) {
+            let hasAlpha = image.format.hasAlpha
+            do {
+                let data = try image.encode(as: hasAlpha ? .png : .jpeg(quality: 90))
+                for key in keys { caches.storeEncoded(data, contentType: hasAlpha ? "image/png" : "image/jpeg", for: key) }
+            } catch {
+                caches.report(DataCache.Failure(kind: .writeFailed, key: keys.first, path: directory, errorCode: nil, reason: "encoding failed: \(error)"))
+            }
+        }
+    }
+}

@@ -1,0 +1,344 @@
+import Foundation
+import Observation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Where an image being loaded for display is: the counterpart of SwiftUI's `AsyncImagePhase`.
+public enum ImagePhase: Sendable {
+    /// Nothing to show yet (not started, loading, or waiting for the display size).
+    case empty
+    /// The image, decoded for the current display size.
+    case success(ImageResponse)
+    /// Loading failed. Cancellation is never a failure: a cancelled load leaves the phase as
+    /// it was.
+    case failure(ImagePipeline.Error)
+
+    /// The image, in ``success(_:)``.
+    public var image: Bitmap? {
+        if case .success(let response) = self { return response.image }
+        return nil
+    }
+
+    /// The error, in ``failure(_:)``.
+    public var error: ImagePipeline.Error? {
+        if case .failure(let error) = self { return error }
+        return nil
+    }
+}
+
+/// Loads one image for a piece of UI — a cell, a thumbnail, a detail view — and publishes its
+/// ``phase`` for SwiftUI (through Observation) or any other UI code.
+///
+/// **Loading model.** Fetching and decoding are separate so that the download never waits
+/// for layout and layout never causes a second download:
+/// 1. ``load(_:)`` starts fetching the original bytes at once (``ImagePipeline/data(for:)``:
+///    the pipeline's shared fetch stage, so it joins a running prefetch or another cell's
+///    download of the same image).
+/// 2. ``displaySize(width:height:scale:)`` tells the model how big the image is shown. The
+///    decode size is the display size in pixels rounded up to 64-pixel buckets (see
+///    ``DisplaySize``) and never above the image's natural size once that is known.
+/// 3. Once both the bytes and the size are in hand, the image is decoded — once — through the
+///    pipeline's decode stage (shared with other models showing the same image at the same
+///    bucket, and stored in the memory cache).
+///
+/// The model keeps the bytes while it lives, so a size change after success re-decodes
+/// without downloading again, and a size change never cancels a download. The old image stays
+/// in ``phase`` until the new one is ready.
+///
+/// A request with its own ``ImageRequest/thumbnail``, or a model with
+/// ``decodesAtDisplaySize`` off, decodes as soon as the bytes arrive without waiting for a
+/// display size. With processors, the decode size is not capped by the natural size (the
+/// processors decide the final size).
+///
+/// **Visibility.** ``onDisappear()`` cancels the model's own fetch and decode subscriptions
+/// (shared work goes on while others need it; a download nobody else needs stops);
+/// ``onAppear()`` resumes what is missing. The phase and the bytes already fetched are kept.
+///
+/// Main-actor isolated; the pipeline's work runs elsewhere.
+@MainActor @Observable
+public final class FetchImage {
+    /// Where loading is.
+    public private(set) var phase: ImagePhase = .empty
+    /// Whether a fetch or a decode is running for the model.
+    public private(set) var isLoading = false
+    /// The request being shown, `nil` when none.
+    public private(set) var request: ImageRequest?
+    /// The latest display size, `nil` until one is given.
+    public private(set) var currentDisplaySize: DisplaySize?
+    /// The longest side of the image's natural size, once a decode revealed it.
+    public private(set) var naturalMaxPixelSize: Int?
+
+    /// The pipeline that loads the images.
+    @ObservationIgnored public let pipeline: ImagePipeline
+
+    /// Whether decoding waits for a display size (see ``displaySize(width:height:scale:)``).
+    /// When `false`, the request's own ``ImageRequest/thumbnail`` (or the full size) is
+    /// decoded as soon as the bytes arrive. Default `true`.
+    @ObservationIgnored public var decodesAtDisplaySize = true
+
+    /// The priority of the model's requests. A change reaches a running decode at once; a
+    /// running fetch keeps the priority it started with (shared fetches still run at the
+    /// highest priority among their subscribers). Default `.normal`.
+    @ObservationIgnored public var priority: ImageRequest.Priority = .normal {
+        didSet { decoding?.task.priority = priority }
+    }
+
+    /// The URL being shown. Setting a different URL loads it (``load(_:)``); setting the same
+    /// one does nothing.
+    @ObservationIgnored public var url: URL? {
+        get { request?.url }
+        set {
+            guard newValue != request?.url || (newValue == nil && request != nil) else { return }
+            load(newValue.map { ImageRequest(url: $0) })
+        }
+    }
+
+    /// What the model decodes at: the request's own size (`size` as given) or a display size.
+    private struct DecodeTarget: Equatable {
+        var size: DecodeSize?
+    }
+
+    @ObservationIgnored private var isHidden = false
+    @ObservationIgnored private var fetched: (data: Data, response: URLResponse?)?
+    @ObservationIgnored private var fetchTask: Task<Void, Never>?
+    @ObservationIgnored private var fetchGeneration = 0
+    @ObservationIgnored private var decoding: (target: DecodeTarget, task: ImageTask)?
+    /// The target of the image in ``phase``.
+    @ObservationIgnored private var shownTarget: DecodeTarget?
+
+    /// Creates a model loading through `pipeline`. Default ``ImagePipeline/shared``.
+    public init(pipeline: ImagePipeline = .shared) {
+        self.pipeline = pipeline
+    }
+
+    deinit {
+        fetchTask?.cancel()
+        decoding?.task.cancel()
+    }
+
+    // MARK: - Loading
+
+    /// Shows `request`: cancels the previous request's work, resets ``phase`` to `.empty` and
+    /// starts fetching at once (unless the model is hidden; then on ``onAppear()``). `nil`
+    /// clears the model.
+    public func load(_ request: ImageRequest?) {
+        cancelWork()
+        fetched = nil
+        shownTarget = nil
+        naturalMaxPixelSize = nil
+        phase = .empty
+        self.request = request
+        resume()
+    }
+
+    /// The view appeared: starts whatever is missing (fetch, decode).
+    public func onAppear() {
+        isHidden = false
+        resume()
+    }
+
+    /// The view disappeared: cancels the model's fetch and decode. Shared work goes on while
+    /// other requests need it. The phase and any bytes already fetched are kept.
+    public func onDisappear() {
+        isHidden = true
+        cancelWork()
+    }
+
+    /// Sets the display size in points and the display scale (pixels per point). Decodes (or
+    /// re-decodes) once the bytes are in hand if the bucketed size differs from the image
+    /// shown; an empty size is ignored. See ``DisplaySize`` for the bucket rule.
+    public func displaySize(width: Double, height: Double, scale: Double = 1) {
+        displaySize(DisplaySize(width: width, height: height, scale: scale))
+    }
+
+    /// Sets the display size (see ``displaySize(width:height:scale:)``).
+    public func displaySize(_ size: DisplaySize) {
+        guard !size.isEmpty, size != currentDisplaySize else { return }
+        currentDisplaySize = size
+        // A failed download is retried by `onAppear()` or `load(_:)`, never by layout.
+        if case .failure = phase, fetched == nil { return }
+        resume() // decodes the bytes held, or fetches them if the shown image came from memory
+    }
+
+    /// Cancels everything and forgets the request, the bytes and the image.
+    public func reset() {
+        load(nil)
+    }
+
+    // MARK: - Internals
+
+    private func resume() {
+        guard !isHidden, request != nil else { return }
+        if fetched == nil && fetchTask == nil {
+            if let target = currentTarget(), shownTarget != target, showCachedImage(for: target) {
+                return // the bytes are fetched later, if a size change needs them
+            }
+            if shownTarget == nil || shownTarget != currentTarget() {
+                startFetch()
+            }
+        }
+        decodeIfNeeded()
+    }
+
+    /// The decode size wanted now; `nil` while waiting for a display size.
+    private func currentTarget() -> DecodeTarget? {
+        guard let request else { return nil }
+        if request.thumbnail != nil || !decodesAtDisplaySize {
+            return DecodeTarget(size: request.thumbnail)
+        }
+        guard let currentDisplaySize else { return nil }
+        var maxPixelSize = currentDisplaySize.bucketedMaxPixelSize
+        if let natural = naturalMaxPixelSize, natural <= maxPixelSize { maxPixelSize = natural }
+        return DecodeTarget(size: .maxPixelSize(maxPixelSize))
+    }
+
+    private func sizedRequest(_ target: DecodeTarget) -> ImageRequest? {
+        guard var request else { return nil }
+        request.thumbnail = target.size
+        request.priority = priority
+        return request
+    }
+
+    /// Shows the memory cache's image for `target`, if it has one.
+    private func showCachedImage(for target: DecodeTarget) -> Bool {
+        guard let sized = sizedRequest(target), let container = pipeline.cache[sized] else { return false }
+        phase = .success(ImageResponse(container: container, request: sized, cacheType: .memory))
+        shownTarget = target
+        return true
+    }
+
+    private func startFetch() {
+        guard var request else { return }
+        request.priority = priority
+        fetchGeneration += 1
+        let generation = fetchGeneration
+        let pipeline = self.pipeline
+        fetchTask = Task { [weak self] in
+            let result: Result<(Data, URLResponse?), ImagePipeline.Error>
+            do {
+                result = .success(try await pipeline.data(for: request))
+            } catch {
+                result = .failure(error as? ImagePipeline.Error ?? ImagePipeline.Error.dataLoadingFailed(error))
+            }
+            self?.didFetch(result, generation: generation)
+        }
+        updateIsLoading()
+    }
+
+    private func didFetch(_ result: Result<(Data, URLResponse?), ImagePipeline.Error>, generation: Int) {
+        guard generation == fetchGeneration, fetchTask != nil else { return }
+        fetchTask = nil
+        switch result {
+        case .success(let (data, response)):
+            fetched = (data, response)
+            decodeIfNeeded()
+        case .failure(let error):
+            if error.code != .cancelled {
+                phase = .failure(error)
+                shownTarget = nil
+            }
+        }
+        updateIsLoading()
+    }
+
+    private func decodeIfNeeded() {
+        guard !isHidden, fetched != nil, let target = currentTarget() else { return }
+        if target == shownTarget {
+            // The image shown already fits: drop a decode for another size.
+            if let decoding {
+                self.decoding = nil
+                decoding.task.cancel()
+            }
+            updateIsLoading()
+            return
+        }
+        if decoding?.target == target { return }
+        if let previous = decoding {
+            decoding = nil
+            previous.task.cancel() // a decode only: the bytes are held here
+        }
+        if showCachedImage(for: target) {
+            updateIsLoading()
+            return
+        }
+        guard let decodeRequest = decodeRequest(for: target) else { return }
+        let task = pipeline.imageTask(with: decodeRequest)
+        decoding = (target, task)
+        Task { [weak self] in
+            let result: Result<ImageResponse, ImagePipeline.Error>
+            do {
+                result = .success(try await task.response)
+            } catch {
+                result = .failure(error as? ImagePipeline.Error ?? ImagePipeline.Error.decodingFailed(error))
+            }
+            self?.didDecode(result, task: task)
+        }
+        updateIsLoading()
+    }
+
+    /// The decode reads the bytes this model holds, through a data-closure request whose id
+    /// names the image and its credentials: models showing the same image at the same bucket
+    /// share the decode, and (without credentials) it lands in the memory-cache entry that the
+    /// URL request at that size would use.
+    private func decodeRequest(for target: DecodeTarget) -> ImageRequest? {
+        guard let original = request, let data = fetched?.data else { return nil }
+        let fingerprint = ImageCacheKey.credentialFingerprint(
+            for: original.urlRequest?.allHTTPHeaderFields ?? [:], markedHeaders: original.credentialHeaders)
+        let imageID = original.imageID ?? ""
+        var options = original.options.union([.disableDiskCacheReads, .disableDiskCacheWrites])
+        options.remove(.returnCacheDataDontLoad)
+        var request = ImageRequest(
+            id: "lumen.FetchImage:\(imageID)" + (fingerprint.map { "#\($0)" } ?? ""),
+            data: { data },
+            processors: original.processors, priority: priority, options: options,
+            thumbnail: target.size, userInfo: original.userInfo)
+        if fingerprint == nil { request.imageID = original.imageID }
+        return request
+    }
+
+    private func didDecode(_ result: Result<ImageResponse, ImagePipeline.Error>, task: ImageTask) {
+        guard let decoding, decoding.task === task, var sized = sizedRequest(decoding.target) else { return }
+        self.decoding = nil
+        switch result {
+        case .success(let response):
+            var target = decoding.target
+            // Learn the natural size: a decode that came back smaller than asked is the whole
+            // image (decoders never upscale). Processors change the size, so not with them.
+            if sized.processors.isEmpty, case .maxPixelSize(let asked)? = target.size {
+                let longest = max(response.image.width, response.image.height)
+                if longest < asked {
+                    naturalMaxPixelSize = longest
+                    target = DecodeTarget(size: .maxPixelSize(longest))
+                    sized.thumbnail = target.size
+                }
+            }
+            shownTarget = target
+            phase = .success(ImageResponse(container: response.container, request: sized, urlResponse: fetched?.response, cacheType: response.cacheType))
+            decodeIfNeeded() // the size may have changed meanwhile
+        case .failure(let error):
+            if error.code != .cancelled {
+                phase = .failure(error)
+                shownTarget = nil // nothing shown: the same size may be tried again
+            }
+        }
+        updateIsLoading()
+    }
+
+    private func cancelWork() {
+        if let fetchTask {
+            self.fetchTask = nil
+            fetchTask.cancel()
+        }
+        if let decoding {
+            self.decoding = nil
+            decoding.task.cancel()
+        }
+        updateIsLoading()
+    }
+
+    private func updateIsLoading() {
+        let loading = fetchTask != nil || decoding != nil
+        if isLoading != loading { isLoading = loading }
+    }
+}

@@ -1,0 +1,180 @@
+#if canImport(SwiftUI)
+import SwiftUI
+import CoreGraphics
+
+/// A SwiftUI view that loads and shows an image through an ``ImagePipeline``, with
+/// `AsyncImage`'s initializers: moving from `AsyncImage` is a rename.
+///
+/// Unlike `AsyncImage`, it downloads through the pipeline (shared with prefetches and other
+/// views of the same image, cached), decodes at the size it is laid out at (bucketed, see
+/// ``DisplaySize``), and cancels its work when it disappears. It is a thin wrapper: everything
+/// it does is ``FetchImage``, which is tested on its own.
+///
+/// For downsampling to help, lay the image out at the size you want (a `resizable()` image in a
+/// frame, or a placeholder that fills the frame): the view's laid-out size is the display size.
+///
+/// ```swift
+/// LumenImage(url: photo.url) { image in
+///     image.resizable().scaledToFill()
+/// } placeholder: {
+///     Color.gray.opacity(0.2)
+/// }
+/// .frame(width: 120, height: 120)
+/// .clipped()
+/// ```
+@available(iOS 17.0, macOS 14.0, tvOS 17.0, watchOS 10.0, visionOS 1.0, *)
+@MainActor
+public struct LumenImage<Content: View>: View {
+    @State private var model: FetchImage
+    @Environment(\.displayScale) private var displayScale
+    private let request: ImageRequest?
+    private let scale: CGFloat
+    private let transaction: Transaction
+    private let content: (AsyncImagePhase) -> Content
+
+    /// Loads `request` through `pipeline` and shows each phase with `content` (the designated
+    /// initializer; the others mirror `AsyncImage`'s).
+    public init(
+        request: ImageRequest?,
+        pipeline: ImagePipeline = .shared,
+        scale: CGFloat = 1,
+        transaction: Transaction = Transaction(),
+        @ViewBuilder content: @escaping (AsyncImagePhase) -> Content
+    ) {
+        _model = State(initialValue: FetchImage(pipeline: pipeline))
+        self.request = request
+        self.scale = scale
+        self.transaction = transaction
+        self.content = content
+    }
+
+    /// Loads the image at `url` and shows each phase with `content`; `transaction` animates
+    /// phase changes (`AsyncImage(url:scale:transaction:content:)`).
+    public init(
+        url: URL?,
+        scale: CGFloat = 1,
+        transaction: Transaction = Transaction(),
+        @ViewBuilder content: @escaping (AsyncImagePhase) -> Content
+    ) {
+        self.init(request: url.map { ImageRequest(url: $0) }, scale: scale, transaction: transaction, content: content)
+    }
+
+    /// Loads the image at `url` and shows it with `content`, or `placeholder` until it is
+    /// loaded and after a failure (`AsyncImage(url:scale:content:placeholder:)`).
+    public init<I: View, P: View>(
+        url: URL?,
+        scale: CGFloat = 1,
+        @ViewBuilder content: @escaping (Image) -> I,
+        @ViewBuilder placeholder: @escaping () -> P
+    ) where Content == _ConditionalContent<I, P> {
+        self.init(url: url, scale: scale) { phase in
+            if let image = phase.image {
+                content(image)
+            } else {
+                placeholder()
+            }
+        }
+    }
+
+    public var body: some View {
+        content(asyncImagePhase)
+            .onGeometryChange(for: CGSize.self) { proxy in
+                proxy.size
+            } action: { size in
+                model.displaySize(width: Double(size.width), height: Double(size.height), scale: Double(displayScale))
+            }
+            .onAppear {
+                loadIfChanged()
+                model.onAppear()
+            }
+            .onDisappear {
+                model.onDisappear()
+            }
+            .onChange(of: requestIdentity) {
+                loadIfChanged()
+            }
+            .animation(transaction.animation, value: phaseKind)
+    }
+
+    // MARK: - Internals
+
+    /// What identifies the request for change detection.
+    private var requestIdentity: String? { request.map { String(describing: $0) } }
+
+    private func loadIfChanged() {
+        if model.request.map({ String(describing: $0) }) != requestIdentity {
+            model.load(request)
+        }
+    }
+
+    private var asyncImagePhase: AsyncImagePhase {
+        switch model.phase {
+        case .empty:
+            return .empty
+        case .success(let response):
+            guard let cgImage = response.image.makeCGImage() else { return .empty }
+            return .success(Image(decorative: cgImage, scale: scale))
+        case .failure(let error):
+            return .failure(error)
+        }
+    }
+
+    /// 0 empty, 1 success, 2 failure: what the transaction animates between.
+    private var phaseKind: Int {
+        switch model.phase {
+        case .empty: 0
+        case .success: 1
+        case .failure: 2
+        }
+    }
+}
+
+@available(iOS 17.0, macOS 14.0, tvOS 17.0, watchOS 10.0, visionOS 1.0, *)
+extension LumenImage where Content == LumenImageDefaultContent {
+    /// Loads the image at `url` and shows it, or a gray placeholder until it is loaded and after
+    /// a failure (`AsyncImage(url:scale:)`).
+    public init(url: URL?, scale: CGFloat = 1) {
+        self.init(url: url, scale: scale) { phase in
+            LumenImageDefaultContent(phase: phase)
+        }
+    }
+}
+
+/// What ``LumenImage/init(url:scale:)`` shows: the image, or a gray placeholder.
+@available(iOS 17.0, macOS 14.0, tvOS 17.0, watchOS 10.0, visionOS 1.0, *)
+public struct LumenImageDefaultContent: View {
+    let phase: AsyncImagePhase
+
+    public var body: some View {
+        if let image = phase.image {
+            image
+        } else {
+            Color.gray.opacity(0.2)
+        }
+    }
+}
+
+extension Bitmap {
+    /// The pixels as a `CGImage` (sRGB, 8 bits per channel; straight alpha when present).
+    /// Copies the pixel bytes once. `nil` only if CoreGraphics refuses the layout.
+    func makeCGImage() -> CGImage? {
+        guard let space = CGColorSpace(name: CGColorSpace.sRGB),
+              let provider = CGDataProvider(data: Data(pixels) as CFData)
+        else { return nil }
+        let alpha: CGImageAlphaInfo = format.hasAlpha ? .last : .none
+        return CGImage(
+            width: width,
+            height: height,
+            bitsPerComponent: 8,
+            bitsPerPixel: 8 * format.channels,
+            bytesPerRow: bytesPerRow,
+            space: space,
+            bitmapInfo: CGBitmapInfo(rawValue: alpha.rawValue),
+            provider: provider,
+            decode: nil,
+            shouldInterpolate: true,
+            intent: .defaultIntent
+        )
+    }
+}
+#endif

@@ -1,0 +1,241 @@
+import Foundation
+import Synchronization
+import Lumen
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// A ``DataLoading`` double for tests: serves given bytes per URL, can be suspended, failed
+/// and counted, and lets a test wait — without sleeping — until loads have started.
+///
+/// ```swift
+/// let loader = MockDataLoader()
+/// loader.isSuspended = true
+/// let pipeline = ImagePipeline(configuration: .init(dataLoader: loader))
+/// async let a = pipeline.image(for: url)
+/// await loader.waitForLoads(1)   // the load has started and is held
+/// loader.resume()
+/// ```
+///
+/// Responses are `HTTPURLResponse`s with status 200 and a `Content-Length` header (unless
+/// the served length is declared unknown). A started load counts in ``loadCount`` before it
+/// waits for ``resume()``; a load ended by cancellation counts in ``cancelledCount``.
+public final class MockDataLoader: DataLoading {
+    /// What the loader serves for a URL.
+    public struct Response: Sendable {
+        /// The body.
+        public var data: Data
+        /// The declared `Content-Length`: `nil` declares `data.count`, a negative value sends
+        /// no length (unknown), any other value is sent as is (a lying server).
+        public var declaredLength: Int?
+
+        public init(data: Data, declaredLength: Int? = nil) {
+            self.data = data
+            self.declaredLength = declaredLength
+        }
+    }
+
+    /// The error thrown for URLs failed with a status code.
+    public struct StatusError: HTTPStatusCodeProviding, Sendable, Hashable {
+        /// The HTTP status.
+        public var status: Int
+        public init(statusCode: Int) { self.status = statusCode }
+        public var statusCode: Int? { status }
+    }
+
+    private struct LoadWaiter {
+        var count: Int
+        var continuation: CheckedContinuation<Void, Never>
+    }
+
+    private struct State {
+        var defaultResponse: Response
+        var responses: [URL: Response] = [:]
+        var failures: [URL: any Error] = [:]
+        var isSuspended = false
+        var chunkSize: Int?
+        var loadCount = 0
+        var loadCounts: [URL: Int] = [:]
+        var requestedURLs: [URL] = []
+        var cancelledCount = 0
+        var held: [Int: CheckedContinuation<Void, any Error>] = [:]
+        var cancelledHolds: Set<Int> = []
+        var nextHold = 0
+        var loadWaiters: [LoadWaiter] = []
+        var cancelWaiters: [LoadWaiter] = []
+    }
+
+    private let state: Mutex<State>
+
+    /// Creates a loader serving `defaultData` for every URL without its own response.
+    /// The default is 64 deterministic bytes.
+    public init(defaultData: Data = Data((0..<64).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) })) {
+        state = Mutex(State(defaultResponse: Response(data: defaultData)))
+    }
+
+    // MARK: - Setting up
+
+    /// Serves `data` for `url`; `declaredLength` as in ``Response/declaredLength``.
+    public func serve(_ data: Data, for url: URL, declaredLength: Int? = nil) {
+        state.withLock { $0.responses[url] = Response(data: data, declaredLength: declaredLength) }
+    }
+
+    /// Makes loads of `url` throw `error` (after any suspension).
+    public func fail(_ url: URL, with error: any Error) {
+        state.withLock { $0.failures[url] = error }
+    }
+
+    /// Makes loads of `url` throw a ``StatusError`` with `statusCode`.
+    public func fail(_ url: URL, statusCode: Int) {
+        fail(url, with: StatusError(statusCode: statusCode))
+    }
+
+    /// Serves `url` normally again.
+    public func removeFailure(for url: URL) {
+        state.withLock { _ = $0.failures.removeValue(forKey: url) }
+    }
+
+    /// When set, the body is delivered in chunks of this many bytes (one chunk otherwise).
+    public var chunkSize: Int? {
+        get { state.withLock { $0.chunkSize } }
+        set { state.withLock { $0.chunkSize = newValue } }
+    }
+
+    /// While `true`, started loads wait (counted, holding no data) until ``resume()``.
+    /// Setting it to `false` is the same as ``resume()``.
+    public var isSuspended: Bool {
+        get { state.withLock { $0.isSuspended } }
+        set {
+            if newValue { state.withLock { $0.isSuspended = true } } else { resume() }
+        }
+    }
+
+    /// Releases every held load and stops holding new ones.
+    public func resume() {
+        let held = state.withLock { state in
+            state.isSuspended = false
+            let held = state.held
+            state.held = [:]
+            return held
+        }
+        for continuation in held.values { continuation.resume() }
+    }
+
+    // MARK: - Counting
+
+    /// Loads started so far.
+    public var loadCount: Int { state.withLock { $0.loadCount } }
+
+    /// Loads of `url` started so far.
+    public func loadCount(for url: URL) -> Int { state.withLock { $0.loadCounts[url, default: 0] } }
+
+    /// The URLs of the loads started so far, in the order they started.
+    public var requestedURLs: [URL] { state.withLock { $0.requestedURLs } }
+
+    /// Loads that ended because their task was cancelled.
+    public var cancelledCount: Int { state.withLock { $0.cancelledCount } }
+
+    /// Loads waiting for ``resume()``.
+    public var heldCount: Int { state.withLock { $0.held.count } }
+
+    /// Returns once at least `count` loads have started.
+    public func waitForLoads(_ count: Int) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ready = state.withLock { state in
+                if state.loadCount >= count { return true }
+                state.loadWaiters.append(LoadWaiter(count: count, continuation: continuation))
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+    }
+
+    /// Returns once at least `count` loads have ended by cancellation.
+    public func waitForCancellations(_ count: Int) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ready = state.withLock { state in
+                if state.cancelledCount >= count { return true }
+                state.cancelWaiters.append(LoadWaiter(count: count, continuation: continuation))
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+    }
+
+    // MARK: - DataLoading
+
+    public func loadData(
+        for request: URLRequest,
+        didReceive: @Sendable (Data, URLResponse) throws -> Void
+    ) async throws -> URLResponse {
+        let url = request.url ?? URL(string: "mock:none")!
+        let (ready, isSuspended, hold) = state.withLock { state in
+            state.loadCount += 1
+            state.loadCounts[url, default: 0] += 1
+            state.requestedURLs.append(url)
+            let count = state.loadCount
+            let ready = state.loadWaiters.filter { $0.count <= count }
+            state.loadWaiters.removeAll { $0.count <= count }
+            state.nextHold += 1
+            return (ready, state.isSuspended, state.nextHold)
+        }
+        ready.forEach { $0.continuation.resume() }
+        do {
+            if isSuspended { try await wait(hold) }
+            try Task.checkCancellation()
+            let (response, failure, chunkSize) = state.withLock { state in
+                (state.responses[url] ?? state.defaultResponse, state.failures[url], state.chunkSize)
+            }
+            if let failure { throw failure }
+            var headers: [String: String] = [:]
+            let declared = response.declaredLength ?? response.data.count
+            if declared >= 0 { headers["Content-Length"] = String(declared) }
+            let urlResponse = HTTPURLResponse(url: url, statusCode: 200, httpVersion: "HTTP/1.1", headerFields: headers)!
+            let step = max(1, chunkSize ?? response.data.count)
+            var offset = 0
+            while offset < response.data.count {
+                try Task.checkCancellation()
+                let end = min(response.data.count, offset + step)
+                try didReceive(response.data.subdata(in: offset..<end), urlResponse)
+                offset = end
+            }
+            return urlResponse
+        } catch is CancellationError {
+            let ready = state.withLock { state in
+                state.cancelledCount += 1
+                let count = state.cancelledCount
+                let ready = state.cancelWaiters.filter { $0.count <= count }
+                state.cancelWaiters.removeAll { $0.count <= count }
+                return ready
+            }
+            ready.forEach { $0.continuation.resume() }
+            throw CancellationError()
+        }
+    }
+
+    /// Holds the calling load until ``resume()`` or cancellation.
+    private func wait(_ hold: Int) async throws {
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let outcome: Bool? = state.withLock { state in
+                    if state.cancelledHolds.remove(hold) != nil { return false }
+                    if !state.isSuspended { return true }
+                    state.held[hold] = continuation
+                    return nil
+                }
+                switch outcome {
+                case true?: continuation.resume()
+                case false?: continuation.resume(throwing: CancellationError())
+                case nil: break
+                }
+            }
+        } onCancel: {
+            let continuation = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+                if let continuation = state.held.removeValue(forKey: hold) { return continuation }
+                state.cancelledHolds.insert(hold)
+                return nil
+            }
+            continuation?.resume(throwing: CancellationError())
+        }
+    }
+}
