@@ -20,8 +20,12 @@
 # Minimise a crasher with:
 #   .build/fuzz/decoder-fuzzer -minimize_crash=1 -max_total_time=60 crash-XXXX
 # and turn it into a test in Tests/LumenImagingTests/FuzzRegressionTests.swift.
-# The C libraries are Debian's (not instrumented), so coverage guidance comes from Lumen's
-# Swift code and ASan catches misuse at the boundary (bad buffers, leaks from missed frees).
+# The harness recomputes PNG chunk CRCs before decoding (set LUMEN_FUZZ_DUMP=path with `repro`
+# to get the bytes it actually decoded). The C libraries are Debian's (not instrumented), so
+# coverage guidance comes from Lumen's Swift code and ASan catches misuse at the boundary
+# (bad buffers, leaks from missed frees). Known: Debian's libheif 1.15 leaks 40 bytes in its
+# dav1d plug-in when an AV1 payload is rejected (not Lumen's handles); fuzz heif with
+# FUZZ_FLAGS=-detect_leaks=0.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
