@@ -4,7 +4,7 @@ import Lumen
 /// `lumen bench [scenario...] [--json] [--iterations N]`: side-by-side benchmarks, each
 /// measuring Lumen and its baseline in the same run and printing ratios.
 enum BenchCommand {
-    static let scenarios = ["decode", "coalesce", "overhead", "cache"]
+    static let scenarios = ["decode", "coalesce", "overhead", "cache", "feed"]
 
     static func run(_ argv: [String]) async -> Int32 {
         let args: Arguments
@@ -28,6 +28,7 @@ enum BenchCommand {
                 case "decode": try BenchDecode.run(json: args.flag("json"), iterations: iterations)
                 case "coalesce", "overhead": try await BenchGraph.run(scenario, json: args.flag("json"), count: count)
                 case "cache": try await BenchCache.run(json: args.flag("json"), iterations: iterations)
+                case "feed": try BenchFeed.run(json: args.flag("json"), rounds: args.string("iterations") == nil ? 3 : iterations)
                 default: break
                 }
             }
@@ -40,6 +41,7 @@ enum BenchCommand {
 
     /// Entry point of a benchmark child process (`lumen bench-child …`).
     static func child(_ argv: [String]) -> Int32 {
+        if argv.first == "feed" { return BenchFeed.child(Array(argv.dropFirst())) }
         guard argv.count >= 5, argv[0] == "decode", let variant = BenchDecode.Variant(rawValue: argv[1]),
               let iterations = Int(argv[2]), let threads = Int(argv[3]) else {
             printError("lumen bench-child: bad arguments")

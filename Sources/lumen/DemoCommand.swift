@@ -1,89 +1,119 @@
 import Foundation
 import Lumen
 
-/// `lumen demo`: generates a deterministic set of photo-like images, thumbnails them with
-/// Lumen, writes a contact sheet and prints timings.
+/// `lumen demo [--quick] [--json] [--output DIR]`: Lumen's main job on an embedded default.
+///
+/// Serves generated photo-like images from a loopback server, replays a scroll trace through
+/// (a) Lumen with its defaults, (b) Lumen with coalescing off and (c) a naive loader that does
+/// what `AsyncImage` does, each in a child process, and prints them side by side with a
+/// contact sheet of what (a)'s visible cells showed. Then runs the four production risks as
+/// short scenarios. Progress: a line per phase, and a bar per replay on a terminal. The demo
+/// checks its own claims — every visible load succeeds, (a) makes one network request per
+/// distinct URL, each scenario's counters — and exits with status 1 when one fails; the
+/// performance goals are printed with their verdicts but do not fail the run (the machine's
+/// load moves them).
 enum DemoCommand {
+    static let usageText = "usage: lumen demo [--quick] [--json] [--output DIR]"
+
     static func run(_ argv: [String]) -> Int32 {
-        let output: String
+        let args: Arguments
         do {
-            let args = try Arguments(argv, valueOptions: ["output"], flagOptions: [])
-            output = args.string("output") ?? "out/demo"
+            args = try Arguments(argv, valueOptions: ["output"], flagOptions: ["quick", "json"])
+            if let extra = args.positionals.first { throw UsageError("unexpected argument '\(extra)'") }
         } catch {
-            printError("lumen demo: \(error)\nusage: lumen demo [--output DIR]")
+            printError("lumen demo: \(error)\n\(usageText)")
             return 2
         }
+        let output = URL(fileURLWithPath: args.string("output") ?? "out/demo").standardizedFileURL
         do {
-            try runDemo(output: output)
-            return 0
+            let violations = try runDemo(output: output, quick: args.flag("quick"), json: args.flag("json"))
+            if violations.isEmpty { return 0 }
+            printError("lumen demo: \(violations.count) claim(s) failed:")
+            for violation in violations { printError("  - \(violation)") }
+            return 1
         } catch {
             printError("lumen demo: \(error)")
             return 1
         }
     }
 
-    static func runDemo(output: String) throws {
-        let fm = FileManager.default
-        let originals = (output as NSString).appendingPathComponent("originals")
-        try fm.createDirectory(atPath: originals, withIntermediateDirectories: true)
-        // 12 images: three 12 MP, the rest 2–6 MP, as JPEG, PNG and WebP.
-        let specs: [(w: Int, h: Int, format: EncodingFormat)] = [
-            (4000, 3000, .jpeg(quality: 88)), (3000, 4000, .jpeg(quality: 88)), (4000, 3000, .jpeg(quality: 80, progressive: true)),
-            (2400, 1600, .jpeg(quality: 85)), (1600, 2400, .jpeg(quality: 85)), (3000, 2000, .webp(quality: 80)),
-            (2000, 2000, .webp(quality: 80, lossless: false)), (1920, 1080, .png), (1080, 1920, .jpeg(quality: 85)),
-            (2560, 1440, .jpeg(quality: 90)), (1200, 1200, .png), (3200, 1800, .webp(quality: 75)),
-        ]
-        print("lumen demo: generating \(specs.count) photo-like images (deterministic)…")
-        let t0 = monotonicSeconds()
-        var files: [String] = []
-        for (i, spec) in specs.enumerated() {
-            let bitmap = SyntheticPhotos.photo(width: spec.w, height: spec.h, seed: UInt64(i + 1))
-            let data = try bitmap.encode(as: spec.format)
-            let ext: String = switch spec.format {
-            case .png: "png"
-            case .webp: "webp"
-            default: "jpg"
-            }
-            let path = (originals as NSString).appendingPathComponent(String(format: "photo-%02d.%@", i + 1, ext))
-            try data.write(to: URL(fileURLWithPath: path))
-            files.append(path)
-            print("  \(path)  \(spec.w)×\(spec.h)  \(data.count / 1024) KB")
+    /// Runs the demo; returns the claims that failed.
+    static func runDemo(output: URL, quick: Bool, json: Bool) throws -> [String] {
+        let start = monotonicSeconds()
+        // With --json, stdout carries only the JSON object; progress goes to stderr.
+        let say: (String) -> Void = json ? { printError($0) } : { print($0) }
+        let phases = 5
+        func phase(_ n: Int, _ text: String) {
+            say(String(format: "[%d/%d %5.1f s] %@", n, phases, monotonicSeconds() - start, text))
         }
-        let t1 = monotonicSeconds()
-        print("thumbnailing to 256 px on \(ProcessInfo.processInfo.activeProcessorCount) cores…")
-        let thumbnails = ThumbnailBatch(count: files.count)
-        let inputs = files
-        parallelForEach(files.count, concurrency: ProcessInfo.processInfo.activeProcessorCount) { i in
-            let start = monotonicSeconds()
-            do {
-                let data = try readFile(inputs[i])
-                let image = try ImageDecoder.decode(data, options: DecodeOptions(size: .maxPixelSize(256)))
-                thumbnails.set(i, image.bitmap, ms: (monotonicSeconds() - start) * 1000)
-            } catch {
-                printError("\(inputs[i]): \(error)")
-            }
-        }
-        let t2 = monotonicSeconds()
-        let images = thumbnails.results()
-        for (i, entry) in images.enumerated() {
-            if let entry {
-                print(String(format: "  photo-%02d  %@  %.1f ms", i + 1, "\(entry.bitmap.width)×\(entry.bitmap.height)", entry.ms))
-            }
-        }
-        let sheet = ContactSheet.make(images.compactMap { $0?.bitmap }, cell: 256, columns: 4)
-        let sheetPath = (output as NSString).appendingPathComponent("contact-sheet.png")
-        try sheet.encode(as: .png).write(to: URL(fileURLWithPath: sheetPath))
-        print(String(format: "generate %.2f s, thumbnail %.2f s (%.1f ms per image wall), peak RSS %d MB",
-                     t1 - t0, t2 - t1, (t2 - t1) * 1000 / Double(files.count), peakResidentBytes() / 1_048_576))
-        print("contact sheet: \(sheetPath)")
-    }
-}
+        phase(1, "images and server" + (quick ? " (quick trace)" : ""))
+        let runner = try FeedRunner(quick: quick) { say("        " + $0) }
+        let sheet = output.appendingPathComponent("contact-sheet.png")
+        try? FileManager.default.removeItem(at: sheet)
 
-/// Collects per-index results from worker threads.
-final class ThumbnailBatch: @unchecked Sendable {  // guarded by `lock`
-    private let lock = NSLock()
-    private var entries: [(bitmap: Bitmap, ms: Double)?]
-    init(count: Int) { entries = Array(repeating: nil, count: count) }
-    func set(_ i: Int, _ bitmap: Bitmap, ms: Double) { lock.withLock { entries[i] = (bitmap, ms) } }
-    func results() -> [(bitmap: Bitmap, ms: Double)?] { lock.withLock { entries } }
+        var results: [FeedVariant: FeedRunStats] = [:]
+        let descriptions: [FeedVariant: String] = [
+            .lumen: "(a) Lumen, defaults: coalescing, caches, prefetching",
+            .noCoalescing: "(b) Lumen, isTaskCoalescingEnabled = false",
+            .naive: "(c) naive, like AsyncImage: URLSession + full decode per view",
+        ]
+        for (i, variant) in FeedVariant.allCases.enumerated() {
+            phase(2 + i, "replaying the feed through " + descriptions[variant]!)
+            let bar: ((Int, Int) -> Void)? = json || !isStandardOutputTerminal ? nil : { done, total in
+                let width = 30, filled = total == 0 ? width : done * width / total
+                let text = "\r        [" + String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled) + "] \(done)/\(total) steps"
+                FileHandle.standardOutput.write(Data(text.utf8))
+            }
+            let stats = try runner.run(variant, sheet: variant == .lumen ? sheet : nil, progress: bar)
+            if bar != nil { FileHandle.standardOutput.write(Data("\r\u{1B}[K".utf8)) }
+            say(String(format: "        %.2f s, %d network requests, %.1f decoded MP, peak %.0f MB",
+                       stats.wallSeconds, stats.networkRequests, stats.decodedMegapixels, Double(stats.peakRSSBytes) / 1_048_576))
+            results[variant] = stats
+        }
+        let report = FeedReport(lumen: results[.lumen]!, noCoalescing: results[.noCoalescing]!, naive: results[.naive]!)
+        if !json {
+            print("")
+            print("The feed, side by side (\(runner.trace.cells.count) cells, \(runner.trace.shownCells.count) shown, \(runner.trace.distinctImages) distinct images):")
+            print(report.table)
+            print("")
+            print(report.ratios)
+            print("")
+            if FileManager.default.fileExists(atPath: sheet.path) {
+                print("contact sheet of what (a)'s visible cells showed: \(sheet.path)")
+            }
+        }
+
+        phase(5, "production risks")
+        let photo = try Data(contentsOf: FeedAssets.file(for: runner.photos[0]))
+        let scenarios = runBlocking { await FeedScenarios(server: runner.server, photo: photo).runAll() }
+        if !json {
+            for outcome in scenarios {
+                print("")
+                print("— \(outcome.name)")
+                for line in outcome.lines { print("  " + line) }
+                for violation in outcome.violations { print("  FAILED: " + violation) }
+            }
+        }
+        var violations = report.violations
+        violations += scenarios.flatMap(\.violations)
+        if !FileManager.default.fileExists(atPath: sheet.path) { violations.append("no contact sheet was written at \(sheet.path)") }
+        let seconds = monotonicSeconds() - start
+        if json {
+            var object = report.json
+            object["scenario"] = "demo"
+            object["quick"] = quick
+            object["contactSheet"] = sheet.path
+            object["traceCells"] = runner.trace.cells.count
+            object["traceShownCells"] = runner.trace.shownCells.count
+            object["traceDistinctImages"] = runner.trace.distinctImages
+            object["scenarios"] = Dictionary(uniqueKeysWithValues: scenarios.map { ($0.name, $0.json) })
+            object["violations"] = violations
+            object["seconds"] = round3(seconds)
+            printJSON(object)
+        } else {
+            print("")
+            print(String(format: "lumen demo: %@ in %.1f s", violations.isEmpty ? "every claim checked out" : "\(violations.count) claim(s) FAILED", seconds))
+        }
+        return violations
+    }
 }

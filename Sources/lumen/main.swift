@@ -7,9 +7,9 @@ let usage = """
     usage: lumen <command> [options]
 
     commands:
-      demo        generate photo-like images, thumbnail them, write a contact sheet
+      demo        replay a scrolling feed through Lumen and a naive loader, side by side (--quick, --json)
       thumbnail   make thumbnails of image files (lumen thumbnail --help)
-      bench       side-by-side benchmarks: lumen bench [decode|coalesce|overhead|cache] [--json] [--iterations N] [--count N]
+      bench       side-by-side benchmarks: lumen bench [decode|coalesce|overhead|cache|feed]... [--json] [--iterations N] [--count N]
     """
 
 /// Runs an async command on the global executor while the main thread waits. The main thread

@@ -2,6 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import Synchronization
 import Testing
 @testable import Lumen
 import LumenTestSupport
@@ -43,6 +44,26 @@ struct LoaderLocalURLTests {
         #expect(response.mimeType == "image/jpeg")
         #expect(response.url == url)
         #expect(!(response is HTTPURLResponse))
+    }
+
+    @Test func localFilesCanBeTurnedOffForServersLoadingClientURLs() async throws {
+        defer { cleanUp() }
+        let url = directory.appendingPathComponent("secret.txt")
+        try Data("private".utf8).write(to: url)
+        let strict = DataLoader(allowsLocalFiles: false)
+        let received = Chunks()
+        let error = await #expect(throws: DataLoader.Error.self) {
+            try await strict.loadData(for: URLRequest(url: url)) { chunk, _ in received.append(chunk) }
+        }
+        guard case .localFileAccessDenied(let denied)? = error else {
+            Issue.record("expected .localFileAccessDenied, got \(String(describing: error))")
+            return
+        }
+        #expect(denied == url)
+        #expect(received.total == 0)
+        // data: URLs carry their own bytes and still work.
+        let response = try await strict.loadData(for: URLRequest(url: URL(string: "data:text/plain;base64,aGk=")!)) { chunk, _ in received.append(chunk) }
+        #expect(received.total == 2 && response.expectedContentLength == 2)
     }
 
     @Test func missingFileIsTypedError() async throws {
@@ -163,4 +184,11 @@ struct LoaderLocalURLTests {
             return
         }
     }
+}
+
+/// Collects chunk sizes from a loader callback.
+private final class Chunks: Sendable {
+    private let bytes = Mutex<Int>(0)
+    func append(_ data: Data) { bytes.withLock { $0 += data.count } }
+    var total: Int { bytes.withLock { $0 } }
 }

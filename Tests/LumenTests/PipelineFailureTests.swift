@@ -99,6 +99,15 @@ struct PipelineFailureTests {
         #expect(h.pipeline.metrics.networkRequestsStarted == 3)
     }
 
+    @Test(arguments: [(404, 1), (403, 1), (408, 3), (429, 3), (503, 3)])
+    func theDefaultRetryPredicateRetriesOnlyTransientStatuses(status: Int, expectedLoads: Int) async throws {
+        let h = PipelineHarness { $0.retryPolicy = .init(maximumAttempts: 3) }
+        h.loader.fail(PipelineURLs.a, statusCode: status)
+        let error = await errorThrown { try await h.pipeline.image(for: PipelineURLs.a) }
+        #expect((error as? ImagePipeline.Error)?.statusCode == status)
+        #expect(h.loader.loadCount == expectedLoads)
+    }
+
     @Test func progressIsReportedPerChunk() async throws {
         let h = PipelineHarness()
         h.loader.chunkSize = 16

@@ -57,18 +57,37 @@ struct WorkQueueTests {
         let queue = WorkQueue(name: "test", maxConcurrentCount: 3, execution: execution)
         let recorder = LabelRecorder()
         let gauge = ConcurrencyGauge()
+        let gate = DispatchSemaphore(value: 0)
         for i in 0..<24 {
-            _ = queue.enqueue(priority: .normal) {
+            // Every job holds its slot until the gate opens, so the limit is really tested:
+            // with ungated jobs a broken limit would rarely show.
+            let job: @Sendable () async -> Void = {
                 gauge.enter()
-                for _ in 0..<1000 { _ = queue.runningCount }
+                await gate.waitOffThePool()
                 gauge.leave()
                 recorder.record("\(i)")
-            } as WorkQueue.Item
+            }
+            _ = queue.enqueue(priority: .normal, job) as WorkQueue.Item
         }
+        await gauge.waitUntilCurrent(is: 3)
+        #expect(queue.runningCount == 3)
+        #expect(queue.pendingCount == 21)
+        for _ in 0..<24 { gate.signal() }
         await recorder.wait(count: 24)
-        #expect(gauge.peak <= 3)
-        #expect(gauge.peak >= 1)
-        #expect(queue.runningCount + queue.pendingCount <= 3)
+        #expect(gauge.peak == 3)
+        #expect(queue.runningCount + queue.pendingCount == 0)
+    }
+}
+
+extension DispatchSemaphore {
+    /// Waits on a thread of its own, so a held job never blocks the cooperative pool.
+    func waitOffThePool() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            Thread.detachNewThread {
+                self.wait()
+                continuation.resume()
+            }
+        }
     }
 }
 
@@ -108,8 +127,29 @@ final class LabelRecorder: Sendable {
 
 /// Tracks how many callers are inside a section at once.
 final class ConcurrencyGauge: Sendable {
-    private let state = Mutex((current: 0, peak: 0))
-    func enter() { state.withLock { $0.current += 1; $0.peak = max($0.peak, $0.current) } }
+    private let state = Mutex((current: 0, peak: 0, waiters: [(Int, CheckedContinuation<Void, Never>)]()))
+    func enter() {
+        let ready = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            s.current += 1
+            s.peak = max(s.peak, s.current)
+            let current = s.current
+            let ready = s.waiters.filter { $0.0 == current }.map(\.1)
+            s.waiters.removeAll { $0.0 == current }
+            return ready
+        }
+        ready.forEach { $0.resume() }
+    }
     func leave() { state.withLock { $0.current -= 1 } }
     var peak: Int { state.withLock { $0.peak } }
+    /// Returns once `count` jobs are inside at the same time.
+    func waitUntilCurrent(is count: Int) async {
+        await withCheckedContinuation { continuation in
+            let now = state.withLock { s -> Bool in
+                if s.current == count { return true }
+                s.waiters.append((count, continuation))
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
 }

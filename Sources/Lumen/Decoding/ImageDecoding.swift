@@ -37,9 +37,13 @@ public enum ImageDecoders {
     public struct Default: ImageDecoding {
         public init() {}
 
+        /// A final result is never a partial image: bytes that decode only partially (a
+        /// truncated progressive JPEG) fail as ``ImagingError/truncated``, so a cut download
+        /// or a damaged cache entry can never pass for the image.
         public func decode(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer {
             let decoded = try ImageDecoder.decode(data, options: context.options)
-            return ImageContainer(image: decoded.bitmap, isPreview: decoded.isPartial, format: decoded.statistics.format)
+            if decoded.isPartial { throw ImagingError.truncated }
+            return ImageContainer(image: decoded.bitmap, isPreview: false, format: decoded.statistics.format)
         }
     }
 }

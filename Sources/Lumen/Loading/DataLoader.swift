@@ -41,6 +41,9 @@ public final class DataLoader: DataLoading, Sendable {
         case fileUnreadable(URL, reason: String)
         /// A `data:` URL is malformed (no comma, bad base64, bad percent-escape).
         case invalidDataURL
+        /// A `file:` URL was refused because the loader was created with
+        /// `allowsLocalFiles: false`.
+        case localFileAccessDenied(URL)
 
         /// The HTTP status, for `.statusCode`.
         public var statusCode: Int? {
@@ -54,6 +57,8 @@ public final class DataLoader: DataLoading, Sendable {
                 "HTTP status \(status) for \(response?.url?.absoluteString ?? "unknown URL")"
             case .incompleteBody(let expected, let received):
                 "Body ended after \(received) of \(expected) bytes"
+            case .localFileAccessDenied(let url):
+                "Local file access is turned off: \(url.path)"
             case .fileNotFound(let url):
                 "No file at \(url.path)"
             case .fileUnreadable(let url, let reason):
@@ -91,14 +96,23 @@ public final class DataLoader: DataLoading, Sendable {
         return configuration
     }
 
+    /// Whether `file:` URLs are read. A server that loads URLs its clients supply should turn
+    /// this off, so that a request can never read the server's own files.
+    public let allowsLocalFiles: Bool
+
     /// Creates a loader with its own `URLSession`.
     /// - Parameters:
     ///   - configuration: the session's configuration (copied by `URLSession`).
+    ///   - allowsLocalFiles: whether `file:` URLs are read (default `true`); with `false` they
+    ///     fail with ``Error/localFileAccessDenied(_:)``. `data:` URLs carry their bytes and are
+    ///     always decoded.
     ///   - validate: called with each HTTP response head; the default is `DataLoader.validate`.
     public init(
         configuration: URLSessionConfiguration = DataLoader.defaultConfiguration,
+        allowsLocalFiles: Bool = true,
         validate: @escaping Validator = DataLoader.validate
     ) {
+        self.allowsLocalFiles = allowsLocalFiles
         let delegate = SessionDelegate()
         self.delegate = delegate
         self.validator = validate
@@ -136,6 +150,7 @@ public final class DataLoader: DataLoading, Sendable {
     ) async throws -> URLResponse {
         switch request.url?.scheme?.lowercased() {
         case "file":
+            guard allowsLocalFiles else { throw Error.localFileAccessDenied(request.url!) }
             return try await Self.loadFile(request.url!, didReceive: didReceive)
         case "data":
             return try Self.loadDataURL(request.url!, didReceive: didReceive)

@@ -85,7 +85,12 @@ extension ImagePipeline {
         /// Whether a failure may be retried. Never asked about cancellation.
         public var shouldRetry: @Sendable (ImagePipeline.Error) -> Bool
 
-        public init(maximumAttempts: Int, shouldRetry: @escaping @Sendable (ImagePipeline.Error) -> Bool = { $0.code == .dataLoadingFailed }) {
+        /// - Parameters:
+        ///   - maximumAttempts: total attempts including the first.
+        ///   - shouldRetry: whether a failure may be retried; the default is
+        ///     ``isTransient(_:)``: transport errors, 408, 429 and 5xx — never a 404 or 403,
+        ///     which a second attempt would only repeat.
+        public init(maximumAttempts: Int, shouldRetry: @escaping @Sendable (ImagePipeline.Error) -> Bool = RetryPolicy.isTransient) {
             precondition(maximumAttempts >= 1, "RetryPolicy: maximumAttempts must be at least 1")
             self.maximumAttempts = maximumAttempts
             self.shouldRetry = shouldRetry
@@ -93,5 +98,13 @@ extension ImagePipeline {
 
         /// No retries.
         public static let none = RetryPolicy(maximumAttempts: 1) { _ in false }
+
+        /// Whether `error` is a failure that may pass: a download that failed without an HTTP
+        /// status (a transport error), or with 408 (timeout), 429 (too many requests) or 5xx.
+        @Sendable public static func isTransient(_ error: ImagePipeline.Error) -> Bool {
+            guard error.code == .dataLoadingFailed else { return false }
+            guard let status = error.statusCode else { return true }
+            return status == 408 || status == 429 || (500..<600).contains(status)
+        }
     }
 }

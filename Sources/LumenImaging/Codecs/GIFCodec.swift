@@ -53,6 +53,7 @@ enum GIFCodec: ImageCodec {
             }
             let canvas = reader.canvas(containing: frame)
             try checkLimit(frames: 1, canvas: canvas, options: options)
+            try checkLimit(frames: 1, frame: frame, options: options)
             var pixels = [UInt8](repeating: 0, count: canvas.width * canvas.height * 4)
             try reader.draw(frame, control: control, onto: &pixels, canvas: canvas)
             let hasAlpha = control.transparentIndex >= 0 || !frame.covers(canvas)
@@ -77,6 +78,7 @@ enum GIFCodec: ImageCodec {
                 let size = canvas ?? reader.canvas(containing: frame)
                 // Refuse before this frame's pixels (its copy of the canvas) exist.
                 try checkLimit(frames: frames.count + 1, canvas: size, options: options)
+                try checkLimit(frames: frames.count + 1, frame: frame, options: options)
                 if canvas == nil {
                     canvas = size
                     firstHasAlpha = control.transparentIndex >= 0 || !frame.covers(size)
@@ -113,6 +115,17 @@ enum GIFCodec: ImageCodec {
         let (total, o2) = area.multipliedReportingOverflow(by: frames)
         if o1 || o2 || total > options.maximumPixelCount {
             throw .tooLarge(width: canvas.width, height: canvas.height)
+        }
+    }
+
+    /// Every row of a frame is decompressed, even rows outside the canvas, so a frame's
+    /// declared area costs CPU whatever the canvas: a 1×1 canvas with a 16384×16384 frame is
+    /// refused here rather than spending seconds decoding rows that are thrown away.
+    private static func checkLimit(frames: Int, frame: FrameRect, options: DecodeOptions) throws(ImagingError) {
+        let (area, o1) = frame.width.multipliedReportingOverflow(by: frame.height)
+        let (total, o2) = area.multipliedReportingOverflow(by: frames)
+        if o1 || o2 || total > options.maximumPixelCount {
+            throw .tooLarge(width: frame.width, height: frame.height)
         }
     }
 

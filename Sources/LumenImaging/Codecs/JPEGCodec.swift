@@ -59,9 +59,13 @@ enum JPEGCodec: ImageCodec {
                 bitmap = profile.withUnsafeBytes { ColorProfile.convertToSRGB(bitmap, profile: $0) }
             }
         }
-        // A warning with the data cut short is the partial preview of a truncated JPEG; a
-        // warning on complete data (extraneous bytes, a damaged block) still gives the image.
-        return CodecOutput(bitmap: bitmap, isPartial: outcome == .warning && markers.isTruncated)
+        // A warning with the data cut short: a progressive JPEG's scans so far make a coarse
+        // but complete frame (the partial preview); a baseline JPEG's would be its top rows over
+        // grey filler, which is no image at all, so that is `truncated`. A warning on complete
+        // data (extraneous bytes, a damaged block) still gives the image.
+        let isCut = outcome == .warning && markers.isTruncated
+        if isCut && !markers.isProgressive { throw .truncated }
+        return CodecOutput(bitmap: bitmap, isPartial: isCut)
     }
 
     /// The smallest TurboJPEG scale (at most 1/1) whose output covers `minimum` on both sides;

@@ -86,6 +86,7 @@ public enum ImageDecoder {
             let header = try header(for: bytes, options: options)
             try checkLimit(header, frames: 1, options: options)
             let geometry = Geometry(header: header, options: options)
+            try geometry.checkOutputLimit(options)
             let output = try codec(for: header.format).decode(
                 bytes, header: header, minimumSize: geometry.minimumCodecSize, options: options)
             let codecWidth = output.bitmap.width, codecHeight = output.bitmap.height
@@ -109,6 +110,7 @@ public enum ImageDecoder {
             let header = try header(for: bytes, options: options)
             try checkLimit(header, frames: header.frameCount, options: options)
             let geometry = Geometry(header: header, options: options)
+            try geometry.checkOutputLimit(options, frames: header.frameCount)
             let frames = try codec(for: header.format).decodeFrames(bytes, header: header, options: options)
             let orientation = options.appliesOrientation ? header.orientation : .up
             return frames.map { frame in
@@ -220,8 +222,10 @@ struct Geometry {
             scale = fill ? max(sx, sy) : min(sx, sy)
         }
         if scale > 1 && !options.allowsUpscaling { scale = 1 }
-        scaledWidth = max(1, Int((Double(w) * scale).rounded()))
-        scaledHeight = max(1, Int((Double(h) * scale).rounded()))
+        // Clamped before converting: a hostile target must not trap in `Int(_:)`; outputs this
+        // large are refused by `checkOutputLimit` (a fill's crop is bounded by its target).
+        scaledWidth = max(1, Int(min((Double(w) * scale).rounded(), 1e12)))
+        scaledHeight = max(1, Int(min((Double(h) * scale).rounded(), 1e12)))
         if fill {
             cropWidth = min(target.0, scaledWidth)
             cropHeight = min(target.1, scaledHeight)
@@ -231,31 +235,55 @@ struct Geometry {
         }
         if scale < 1 {
             let f = options.preshrink.factor
-            let mw = min(w, Int((Double(scaledWidth) * f).rounded(.up)))
-            let mh = min(h, Int((Double(scaledHeight) * f).rounded(.up)))
+            let mw = min(w, Int(min((Double(scaledWidth) * f).rounded(.up), 1e12)))
+            let mh = min(h, Int(min((Double(scaledHeight) * f).rounded(.up), 1e12)))
             minimumCodecSize = swaps ? PixelSize(width: mh, height: mw) : PixelSize(width: mw, height: mh)
         } else {
             minimumCodecSize = nil
         }
     }
 
+    /// An upscaled output is held to the same pixel limit as the decoded image. The output is
+    /// the crop: ``finish(_:orientation:resampled:)`` never builds the full scaled image.
+    func checkOutputLimit(_ options: DecodeOptions, frames: Int = 1) throws(ImagingError) {
+        let (area, o1) = cropWidth.multipliedReportingOverflow(by: cropHeight)
+        let (total, o2) = area.multipliedReportingOverflow(by: max(frames, 1))
+        if o1 || o2 || total > options.maximumPixelCount {
+            throw .tooLarge(width: cropWidth, height: cropHeight)
+        }
+    }
+
     /// Resample (in stored orientation, where the image is smallest to move), orient, crop.
+    ///
+    /// The centre crop is taken while resampling: only the stored-orientation window that
+    /// becomes the upright crop is built, so an aspect fill never allocates the full scaled
+    /// image (which, upscaling a hostile 1×4000 strip into a square, would be millions of rows).
     func finish(_ bitmap: Bitmap, orientation: ImageOrientation, resampled: inout Bool) -> Bitmap {
         let swaps = orientation.swapsDimensions
         let tw = swaps ? scaledHeight : scaledWidth
         let th = swaps ? scaledWidth : scaledHeight
+        // The upright crop rectangle, then the stored-orientation window it comes from: a
+        // mirrored axis takes the window from the other end.
+        let ux = (scaledWidth - cropWidth) / 2, uy = (scaledHeight - cropHeight) / 2
+        var columns = ux..<(ux + cropWidth), rows = uy..<(uy + cropHeight)
+        if swaps { swap(&columns, &rows) }
+        let mirrorsX: Bool, mirrorsY: Bool
+        switch orientation {
+        case .up, .leftMirrored: (mirrorsX, mirrorsY) = (false, false)
+        case .upMirrored, .left: (mirrorsX, mirrorsY) = (true, false)
+        case .down, .rightMirrored: (mirrorsX, mirrorsY) = (true, true)
+        case .downMirrored, .right: (mirrorsX, mirrorsY) = (false, true)
+        }
+        if mirrorsX { columns = (tw - columns.upperBound)..<(tw - columns.lowerBound) }
+        if mirrorsY { rows = (th - rows.upperBound)..<(th - rows.lowerBound) }
         var image = bitmap
         if image.width != tw || image.height != th {
-            image = Resampler.resample(image, width: tw, height: th)
+            image = Resampler.resample(image, width: tw, height: th, columns: columns, rows: rows)
             resampled = true
+        } else if columns.count < image.width || rows.count < image.height {
+            image = image.cropped(x: columns.lowerBound, y: rows.lowerBound, width: columns.count, height: rows.count)
         }
-        image = image.applying(orientation)
-        if cropWidth < image.width || cropHeight < image.height {
-            image = image.cropped(
-                x: (image.width - cropWidth) / 2, y: (image.height - cropHeight) / 2,
-                width: cropWidth, height: cropHeight)
-        }
-        return image
+        return image.applying(orientation)
     }
 }
 

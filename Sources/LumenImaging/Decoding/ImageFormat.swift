@@ -27,11 +27,24 @@ public enum ImageFormat: String, Sendable, Hashable, CaseIterable {
         } else if has(Array("GIF87a".utf8)) || has(Array("GIF89a".utf8)) {
             self = .gif
         } else if has(Array("ftyp".utf8), at: 4), b.count >= 12 {
-            let brand = String(decoding: UnsafeRawBufferPointer(rebasing: b[8..<12]), as: UTF8.self)
-            switch brand {
-            case "avif", "avis": self = .avif
-            case "heic", "heix", "hevc", "hevx", "heim", "heis", "mif1", "msf1": self = .heic
-            default: return nil
+            // The major brand, then the compatible brands (many AVIF files say `mif1` first and
+            // `avif` among the compatible ones). The box size bounds the brand list.
+            let boxSize = Int(b[0]) << 24 | Int(b[1]) << 16 | Int(b[2]) << 8 | Int(b[3])
+            let end = min(b.count, max(12, min(boxSize, 256)))
+            var brands = [String(decoding: UnsafeRawBufferPointer(rebasing: b[8..<12]), as: UTF8.self)]
+            var offset = 16
+            while offset + 4 <= end {
+                brands.append(String(decoding: UnsafeRawBufferPointer(rebasing: b[offset..<offset + 4]), as: UTF8.self))
+                offset += 4
+            }
+            if brands.contains(where: { $0 == "avif" || $0 == "avis" }) {
+                self = .avif
+            } else if brands.contains(where: { ["heic", "heix", "hevc", "hevx", "heim", "heis"].contains($0) }) {
+                self = .heic
+            } else if brands.contains(where: { $0 == "mif1" || $0 == "msf1" }) {
+                self = .heic
+            } else {
+                return nil
             }
         } else {
             return nil

@@ -32,8 +32,10 @@ public struct Bitmap: Sendable, Hashable {
     public let height: Int
     /// Pixel layout.
     public let format: PixelFormat
-    /// Pixel bytes, `height` rows of `bytesPerRow` bytes.
-    public var pixels: [UInt8]
+    /// Pixel bytes, `height` rows of `bytesPerRow` bytes. Read-only outside the imaging
+    /// engine, so the byte count always matches the size (the codecs hand these bytes to C);
+    /// change pixels in place with ``withUnsafeMutablePixels(_:)``.
+    public internal(set) var pixels: [UInt8]
 
     /// Creates a bitmap from pixel bytes. `pixels.count` must be `width * height * channels`.
     public init(width: Int, height: Int, format: PixelFormat, pixels: [UInt8]) {
@@ -62,6 +64,11 @@ public struct Bitmap: Sendable, Hashable {
             try initializer(UnsafeMutableBufferPointer(rebasing: buffer[0..<count]))
             initialized = count
         }
+    }
+
+    /// Calls `body` with the pixel bytes to change them in place; the size cannot change.
+    public mutating func withUnsafeMutablePixels<R>(_ body: (UnsafeMutableBufferPointer<UInt8>) throws -> R) rethrows -> R {
+        try pixels.withUnsafeMutableBufferPointer { buffer in try body(buffer) }
     }
 
     /// Bytes in one row.

@@ -5,7 +5,9 @@ extension ImageProcessors {
     /// ``PixelFormat/rgba8`` is blurred premultiplied, so transparent pixels do not darken
     /// their neighbours; pixels beyond the border repeat the edge pixel, so a flat image stays
     /// flat. A radius of 0 returns the image unchanged.
-    /// - Complexity: O(pixels × radius).
+    /// The radius used on each axis is at most a third of that side's length: past it the
+    /// image is blurred to nearly flat anyway, and a hostile radius cannot buy unbounded work.
+    /// - Complexity: O(pixels × min(radius, side)).
     public struct GaussianBlur: ImageProcessing, Hashable {
         /// The Gaussian's standard deviation σ, in pixels.
         public var radius: Double
@@ -20,8 +22,12 @@ extension ImageProcessors {
             guard radius > 0 else { return image }
             return Resampler.convolve(
                 image,
-                horizontal: FilterWeights(gaussian: radius, count: image.width),
-                vertical: FilterWeights(gaussian: radius, count: image.height))
+                horizontal: FilterWeights(gaussian: min(radius, Self.cap(image.width)), count: image.width),
+                vertical: FilterWeights(gaussian: min(radius, Self.cap(image.height)), count: image.height))
+        }
+
+        private static func cap(_ side: Int) -> Double {
+            max(1, Double(side) / 3)
         }
 
         public var identifier: String { "lumen.gaussianBlur?radius=\(radius)" }

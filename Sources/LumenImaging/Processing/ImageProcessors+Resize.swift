@@ -76,21 +76,31 @@ extension ImageProcessors {
             }
             if !upscale { scale = min(scale, 1) }
             // The side that decides the scale lands exactly on its target, free of rounding.
-            let sw = scale == sx ? width! : max(1, Int((Double(w) * scale).rounded()))
-            let sh = scale == sy ? height! : max(1, Int((Double(h) * scale).rounded()))
+            let sw = scale == sx ? width! : max(1, Int(min((Double(w) * scale).rounded(), 1e12)))
+            let sh = scale == sy ? height! : max(1, Int(min((Double(h) * scale).rounded(), 1e12)))
             return (sw, sh)
         }
 
+        /// The largest image a resize produces (after the crop, when cropping), in pixels (100
+        /// megapixels, the decoder's default limit): an upscale past it throws
+        /// ``ImagingError/tooLarge(width:height:)``.
+        public static let maximumOutputPixelCount = 100_000_000
+
         public func process(_ image: Bitmap) throws -> Bitmap {
             let (sw, sh) = scaledSize(imageWidth: image.width, imageHeight: image.height)
-            var output = Resampler.resample(image, width: sw, height: sh, filter: filter)
-            if crop && contentMode == .aspectFill {
-                let cw = min(width ?? sw, sw), ch = min(height ?? sh, sh)
-                if cw < sw || ch < sh {
-                    output = output.cropped(x: (sw - cw) / 2, y: (sh - ch) / 2, width: cw, height: ch)
-                }
+            // The output is the crop when there is one: only that window is ever built.
+            let cropping = crop && contentMode == .aspectFill
+            let cw = cropping ? min(width ?? sw, sw) : sw, ch = cropping ? min(height ?? sh, sh) : sh
+            let (area, overflow) = cw.multipliedReportingOverflow(by: ch)
+            if overflow || area > Self.maximumOutputPixelCount { throw ImagingError.tooLarge(width: cw, height: ch) }
+            if cw < sw || ch < sh {
+                // Only the centre window is resampled: the full scaled image of a thin strip
+                // filled with upscaling can be millions of rows.
+                let x = (sw - cw) / 2, y = (sh - ch) / 2
+                return Resampler.resample(
+                    image, width: sw, height: sh, columns: x..<(x + cw), rows: y..<(y + ch), filter: filter)
             }
-            return output
+            return Resampler.resample(image, width: sw, height: sh, filter: filter)
         }
 
         public var identifier: String {

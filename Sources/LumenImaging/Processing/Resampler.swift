@@ -63,8 +63,30 @@ public enum Resampler {
     public static func resample(_ image: Bitmap, width: Int, height: Int, filter: Filter = .lanczos3) -> Bitmap {
         precondition(width > 0 && height > 0, "Resampler: target size must be positive, got \(width)x\(height)")
         if width == image.width && height == image.height { return image }
+        let image = boundingTaps(image, width: width, height: height, outputs: (width, height), filter: filter)
         let horizontal = FilterWeights(resampling: image.width, to: width, filter: filter)
         let vertical = FilterWeights(resampling: image.height, to: height, filter: filter)
+        return convolve(image, horizontal: horizontal, vertical: vertical)
+    }
+
+    /// The window `columns`×`rows` of `image` resampled to `width`×`height`: exactly the pixels
+    /// `resample(image, width:height:filter:).cropped(…)` gives, without building the full-size
+    /// result. A centre crop after an aspect-fill upscale of a very thin image (1×4000 filled
+    /// into 256×256 scales to 256×1 024 000) would otherwise allocate the whole strip.
+    /// - Precondition: the window lies inside `width`×`height` and is not empty.
+    static func resample(
+        _ image: Bitmap, width: Int, height: Int, columns: Range<Int>, rows: Range<Int>, filter: Filter = .lanczos3
+    ) -> Bitmap {
+        precondition(
+            !columns.isEmpty && !rows.isEmpty && columns.lowerBound >= 0 && rows.lowerBound >= 0
+                && columns.upperBound <= width && rows.upperBound <= height,
+            "Resampler: window \(columns)x\(rows) is outside \(width)x\(height)")
+        if width == image.width && height == image.height {
+            return image.cropped(x: columns.lowerBound, y: rows.lowerBound, width: columns.count, height: rows.count)
+        }
+        let image = boundingTaps(image, width: width, height: height, outputs: (columns.count, rows.count), filter: filter)
+        let horizontal = FilterWeights(resampling: image.width, to: width, outputs: columns, filter: filter)
+        let vertical = FilterWeights(resampling: image.height, to: height, outputs: rows, filter: filter)
         return convolve(image, horizontal: horizontal, vertical: vertical)
     }
 
@@ -133,6 +155,67 @@ public enum Resampler {
                                 }
                             }
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    // MARK: - Extreme reductions
+
+    /// `image`, box-reduced first along any axis whose weight table would hold more taps than
+    /// the image has pixels (and more than a few million).
+    ///
+    /// A reduction by a factor f has about 2 × support × f taps per output, so an axis's table
+    /// costs about 2 × support × source samples × 24 bytes whatever the output size. For
+    /// ordinary images that is a fraction of the pixels; for a hostile strip (100 000 000×1
+    /// passes a 100 MP limit) it would be gigabytes. Such an axis is first averaged over runs
+    /// of whole pixels (premultiplied) down to about 3× the output, then filtered as usual.
+    static func boundingTaps(
+        _ image: Bitmap, width: Int, height: Int, outputs: (x: Int, y: Int), filter: Filter
+    ) -> Bitmap {
+        let budget = max(image.pixelCount, 1 << 22)
+        func runLength(source: Int, destination: Int, outputs: Int) -> Int {
+            let factor = Double(source) / Double(destination)
+            guard factor > 6 else { return 1 }
+            let taps = Double(outputs) * (2 * filter.support * factor + 4)
+            return taps > Double(budget) ? Int(factor / 3) : 1
+        }
+        let kx = runLength(source: image.width, destination: width, outputs: outputs.x)
+        let ky = runLength(source: image.height, destination: height, outputs: outputs.y)
+        return kx == 1 && ky == 1 ? image : boxReduced(image, columns: kx, rows: ky)
+    }
+
+    /// `image` with every run of `columns` pixels in a row and `rows` pixels in a column
+    /// averaged into one (the last run takes the remainder); RGBA is averaged premultiplied.
+    static func boxReduced(_ image: Bitmap, columns kx: Int, rows ky: Int) -> Bitmap {
+        let w = image.width, h = image.height, c = image.format.channels
+        let ow = max(1, w / kx), oh = max(1, h / ky)
+        let hasAlpha = image.format == .rgba8
+        var sums = [Int](repeating: 0, count: ow * 4)
+        var counts = [Int](repeating: 0, count: ow)
+        return image.pixels.withUnsafeBufferPointer { src in
+            Bitmap(width: ow, height: oh, format: image.format) { dst in
+                for oy in 0..<oh {
+                    for i in sums.indices { sums[i] = 0 }
+                    for i in counts.indices { counts[i] = 0 }
+                    let y1 = oy == oh - 1 ? h : (oy + 1) * ky
+                    for y in (oy * ky)..<y1 {
+                        let row = y * w * c
+                        for x in 0..<w {
+                            let ox = min(x / kx, ow - 1), p = row + x * c
+                            let a = hasAlpha ? Int(src[p + 3]) : 255
+                            sums[ox * 4] += Int(src[p]) * a
+                            sums[ox * 4 + 1] += Int(src[p + 1]) * a
+                            sums[ox * 4 + 2] += Int(src[p + 2]) * a
+                            sums[ox * 4 + 3] += a
+                            counts[ox] += 1
+                        }
+                    }
+                    for ox in 0..<ow {
+                        let alpha = sums[ox * 4 + 3], o = (oy * ow + ox) * c
+                        for k in 0..<3 { dst[o + k] = alpha == 0 ? 0 : UInt8((sums[ox * 4 + k] + alpha / 2) / alpha) }
+                        if hasAlpha { dst[o + 3] = UInt8((alpha + counts[ox] / 2) / counts[ox]) }
                     }
                 }
             }
@@ -246,12 +329,15 @@ struct FilterWeights: Sendable {
     /// Resampling weights: output pixel `i`'s centre maps to source position
     /// `(i + 0.5) × source / destination`, and the filter is stretched by the reduction
     /// factor when downscaling.
-    init(resampling source: Int, to destination: Int, filter: Resampler.Filter) {
+    /// With `outputs`, only those outputs of the `destination`-sample result are built (output
+    /// `k` of the table is output `outputs.lowerBound + k` of the full resampling).
+    init(resampling source: Int, to destination: Int, outputs: Range<Int>? = nil, filter: Resampler.Filter) {
         let scale = Double(destination) / Double(source)
         let filterScale = min(scale, 1)
         let support = filter.support / filterScale
-        self.init(source: source, count: destination, radius: support) { i in
-            let center = (Double(i) + 0.5) / scale
+        let outputs = outputs ?? 0..<destination
+        self.init(source: source, count: outputs.count, radius: support) { i in
+            let center = (Double(outputs.lowerBound + i) + 0.5) / scale
             return (center, { x in filter.value(at: x * filterScale) })
         }
     }

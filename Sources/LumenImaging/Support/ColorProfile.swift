@@ -4,8 +4,23 @@ import CLumenShim
 /// Embedded ICC profiles, converted to sRGB with lcms2.
 ///
 /// Every call creates its own lcms2 context, profiles and transform and frees them before
-/// returning; nothing is cached, so calls may run concurrently from any thread.
+/// returning; nothing is cached, so calls may run concurrently from any thread. Each context
+/// may hold at most ``memoryBudget`` bytes: a hostile profile whose LUT declares a huge table
+/// fails to open (the image keeps its colours unconverted) instead of making lcms2 allocate
+/// and zero-fill what the header declares.
 enum ColorProfile {
+    /// The most bytes one conversion's lcms2 context may hold at once. The largest tables
+    /// real profiles carry (a 16-bit CMYK CLUT with 33 points per axis) are about 7 MB, and
+    /// a JPEG can embed at most a 16 MB profile, which lcms2 copies once.
+    static let memoryBudget = 64 << 20
+
+    /// Resets the count behind ``lcmsPeakBytes`` for the calling thread.
+    static func resetLcmsPeakBytes() { lumen_lcms_reset_peak() }
+
+    /// The most bytes one conversion's lcms2 context held at once on the calling thread since
+    /// the last reset.
+    static var lcmsPeakBytes: Int { lumen_lcms_peak_bytes() }
+
     /// `image` converted from the colour space described by the ICC `profile` to sRGB.
     ///
     /// - RGB profiles convert RGB and RGBA images (alpha is passed through unchanged).
@@ -96,9 +111,9 @@ enum ColorProfile {
 
         init?(profile bytes: UnsafeRawBufferPointer) {
             guard let base = bytes.baseAddress, bytes.count >= 132, bytes.count <= Int(UInt32.max) else { return nil }
-            guard let context = cmsCreateContext(nil, nil) else { return nil }
+            guard let context = lumen_lcms_context_new(ColorProfile.memoryBudget) else { return nil }
             guard let profile = cmsOpenProfileFromMemTHR(context, base, UInt32(bytes.count)) else {
-                cmsDeleteContext(context)
+                lumen_lcms_context_free(context)
                 return nil
             }
             self.context = context
@@ -125,7 +140,7 @@ enum ColorProfile {
 
         func close() {
             cmsCloseProfile(profile)
-            cmsDeleteContext(context)
+            lumen_lcms_context_free(context)
         }
     }
 

@@ -1,0 +1,110 @@
+import Foundation
+
+/// The side-by-side table of the three replays, their ratios, and the claims checked on them.
+struct FeedReport {
+    var lumen: FeedRunStats
+    var noCoalescing: FeedRunStats
+    var naive: FeedRunStats
+
+    var wallRatio: Double { naive.wallSeconds / max(lumen.wallSeconds, 1e-9) }
+    var decodedMPRatio: Double { naive.decodedMegapixels / max(lumen.decodedMegapixels, 1e-9) }
+    var peakMemoryRatio: Double { Double(naive.peakRSSBytes) / Double(max(lumen.peakRSSBytes, 1)) }
+    /// The same, counting only what each replay added to its process's starting footprint.
+    var memoryGrowthRatio: Double {
+        Double(naive.peakRSSBytes - naive.startRSSBytes) / Double(max(lumen.peakRSSBytes - lumen.startRSSBytes, 1))
+    }
+    var networkDifference: Int { noCoalescing.networkRequests - lumen.networkRequests }
+    var noCoalescingWallRatio: Double { noCoalescing.wallSeconds / max(lumen.wallSeconds, 1e-9) }
+    /// The URLs both (a) and (b) fetched. The sets differ by a few URLs whose prefetch (or
+    /// flung cell) was cancelled before its request left in one run and not in the other.
+    var commonPaths: Set<String> {
+        Set(lumen.requestsByPath.keys).intersection(noCoalescing.requestsByPath.keys)
+    }
+    /// (b)'s network requests minus (a)'s, on the URLs both fetched.
+    var networkDifferenceOnCommonURLs: Int {
+        commonPaths.reduce(0) { $0 + noCoalescing.requestsByPath[$1, default: 0] - lumen.requestsByPath[$1, default: 0] }
+    }
+    /// The downloads (b) repeated — for a URL it was already downloading or had downloaded —
+    /// on the URLs both fetched: what coalescing eliminates.
+    var duplicatesEliminated: Int {
+        commonPaths.reduce(0) { $0 + noCoalescing.requestsByPath[$1, default: 0] - 1 }
+    }
+
+    /// The table, one row per measurement, columns lumen / noCoalescing / naive.
+    var table: String {
+        let columns = [lumen, noCoalescing, naive]
+        func mb(_ bytes: Int) -> String { String(format: "%.1f MB", Double(bytes) / 1_048_576) }
+        let rows: [(String, (FeedRunStats) -> String)] = [
+            ("requests (visible + detail)", { "\($0.requests)" }),
+            ("prefetches", { "\($0.prefetches)" }),
+            ("network requests", { "\($0.networkRequests)" }),
+            ("distinct URLs fetched", { "\($0.distinctURLs)" }),
+            ("most requests for one URL", { "\($0.maxRequestsPerURL)" }),
+            ("bytes downloaded", { mb($0.bytesDownloaded) }),
+            ("decodes", { "\($0.decodes)" }),
+            ("decoded megapixels", { String(format: "%.1f", $0.decodedMegapixels) }),
+            ("memory cache hits", { "\($0.memoryHits)" }),
+            ("disk cache hits", { "\($0.diskHits)" }),
+            ("joins to running work", { "\($0.joins)" }),
+            ("requests cancelled (cell gone)", { "\($0.cancelledRequests)" }),
+            ("shared work cancelled", { "\($0.workCancelled)" }),
+            ("peak concurrent downloads", { "\($0.peakConcurrentRequests)" }),
+            ("peak memory (RSS)", { mb($0.peakRSSBytes) }),
+            ("  growth during the replay", { mb($0.peakRSSBytes - $0.startRSSBytes) }),
+            ("CPU time", { String(format: "%.2f s", $0.cpuSeconds) }),
+            ("wall time", { String(format: "%.2f s", $0.wallSeconds) }),
+        ]
+        var lines = [pad("", 32) + pad("lumen", 14) + pad("noCoalescing", 14) + "naive"]
+        for (name, value) in rows {
+            lines.append(pad(name, 32) + pad(value(columns[0]), 14) + pad(value(columns[1]), 14) + value(columns[2]))
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    /// The ratios, each with its goal from the issue.
+    var ratios: String {
+        func verdict(_ met: Bool) -> String { met ? "met" : "MISSED" }
+        return [
+            String(format: "naive / lumen wall time        %6.1f×  goal ≥ 5×: %@", wallRatio, verdict(wallRatio >= 5)),
+            String(format: "naive / lumen decoded MP       %6.1f×  goal ≥ 10×: %@", decodedMPRatio, verdict(decodedMPRatio >= 10)),
+            String(format: "naive / lumen peak memory      %6.1f×  goal ≥ 4×: %@ (growth during the replay: %.1f×)",
+                   peakMemoryRatio, verdict(peakMemoryRatio >= 4), memoryGrowthRatio),
+            "lumen network requests         \(lumen.networkRequests) for \(lumen.distinctURLs) distinct URLs  goal equal: \(verdict(lumen.networkRequests == lumen.distinctURLs))",
+            "noCoalescing − lumen requests  \(networkDifferenceOnCommonURLs) on the \(commonPaths.count) URLs both fetched; duplicates eliminated \(duplicatesEliminated)  goal equal: \(verdict(networkDifferenceOnCommonURLs == duplicatesEliminated))",
+            "                               (all URLs: \(networkDifference) = \(noCoalescing.networkRequests) − \(lumen.networkRequests); the runs fetched \(noCoalescing.distinctURLs) and \(lumen.distinctURLs) distinct URLs: prefetches and flung cells cancelled before their request left differ)",
+            String(format: "noCoalescing / lumen wall time %6.2f×  goal > 1×: %@", noCoalescingWallRatio, verdict(noCoalescingWallRatio > 1)),
+        ].compactMap { $0 }.joined(separator: "\n")
+    }
+
+    /// The claims that must hold for the demo to pass; each failure is a message.
+    var violations: [String] {
+        var found: [String] = []
+        for (name, run) in [("lumen", lumen), ("noCoalescing", noCoalescing), ("naive", naive)] where !run.failures.isEmpty {
+            found.append("\(name): \(run.failures.count) visible loads failed, first: \(run.failures[0])")
+        }
+        if lumen.networkRequests != lumen.distinctURLs {
+            found.append("lumen made \(lumen.networkRequests) network requests for \(lumen.distinctURLs) distinct URLs (a URL was downloaded \(lumen.maxRequestsPerURL) times)")
+        }
+        return found
+    }
+
+    /// The JSON object `lumen bench feed --json` prints (the demo adds to it).
+    var json: [String: Any] {
+        [
+            "scenario": "feed",
+            "lumen": lumen.json, "noCoalescing": noCoalescing.json, "naive": naive.json,
+            "naiveOverLumenWallTime": round3(wallRatio),
+            "naiveOverLumenDecodedMegapixels": round3(decodedMPRatio),
+            "naiveOverLumenPeakRSS": round3(peakMemoryRatio),
+            "naiveOverLumenPeakRSSGrowth": round3(memoryGrowthRatio),
+            "noCoalescingMinusLumenNetworkRequests": networkDifference,
+            "noCoalescingMinusLumenNetworkRequestsOnCommonURLs": networkDifferenceOnCommonURLs,
+            "duplicatesEliminated": duplicatesEliminated,
+            "lumenJoins": lumen.joins,
+            "noCoalescingOverLumenWallTime": round3(noCoalescingWallRatio),
+            "lumenNetworkRequestsEqualDistinctURLs": lumen.networkRequests == lumen.distinctURLs,
+        ]
+    }
+}
+
+func round3(_ value: Double) -> Double { (value * 1000).rounded() / 1000 }

@@ -1,0 +1,289 @@
+import Foundation
+import Lumen
+import LumenTestSupport
+
+/// The loaders the feed is replayed through.
+enum FeedVariant: String, CaseIterable, Sendable {
+    /// (a) Lumen with its defaults: coalescing, caches, prefetching.
+    case lumen
+    /// (b) The same with `isTaskCoalescingEnabled = false`.
+    case noCoalescing
+    /// (c) What `AsyncImage` does: download and full decode per view, nothing shared.
+    case naive
+
+    var title: String {
+        switch self {
+        case .lumen: "lumen"
+        case .noCoalescing: "noCoalescing"
+        case .naive: "naive"
+        }
+    }
+}
+
+/// One replay's measurements: what the child process counted, plus what the server saw.
+struct FeedRunStats: Codable, Sendable {
+    // Counted by the child.
+    var requests = 0
+    var prefetches = 0
+    var cancelledRequests = 0
+    var failures: [String] = []
+    var shownCells = 0
+    var decodes = 0
+    var decodedPixels = 0
+    var memoryHits = 0
+    var diskHits = 0
+    var joins = 0
+    var workCancelled = 0
+    var peakRSSBytes = 0
+    /// Resident memory when the replay started (the process's baseline: runtime, libraries,
+    /// the loader set up).
+    var startRSSBytes = 0
+    var wallSeconds = 0.0
+    /// CPU time (user + system) the replay used, all threads.
+    var cpuSeconds = 0.0
+    // Seen by the server in the parent.
+    var networkRequests = 0
+    var distinctURLs = 0
+    var maxRequestsPerURL = 0
+    var bytesDownloaded = 0
+    var peakConcurrentRequests = 0
+    /// Network requests per path (not printed: the report compares runs with it).
+    var requestsByPath: [String: Int] = [:]
+
+    var decodedMegapixels: Double { Double(decodedPixels) / 1e6 }
+
+    /// The keys `lumen bench feed --json` and `lumen demo --json` print for a variant.
+    var json: [String: Any] {
+        [
+            "requests": requests, "prefetches": prefetches, "networkRequests": networkRequests,
+            "distinctURLs": distinctURLs, "maxRequestsPerURL": maxRequestsPerURL,
+            "bytesDownloaded": bytesDownloaded, "decodes": decodes,
+            "decodedMegapixels": (decodedMegapixels * 1000).rounded() / 1000,
+            "memoryHits": memoryHits, "diskHits": diskHits, "joins": joins,
+            "cancelledRequests": cancelledRequests, "workCancelled": workCancelled,
+            "peakRSSBytes": peakRSSBytes, "startRSSBytes": startRSSBytes,
+            "peakRSSGrowthBytes": peakRSSBytes - startRSSBytes, "cpuSeconds": (cpuSeconds * 10000).rounded() / 10000,
+            "wallSeconds": (wallSeconds * 10000).rounded() / 10000,
+            "peakConcurrentRequests": peakConcurrentRequests, "failures": failures.count,
+        ]
+    }
+}
+
+/// Runs feed replays, each in a child process of its own (its own peak memory, cold caches),
+/// against one loopback server in this process.
+struct FeedRunner {
+    let quick: Bool
+    let server: LoopbackServer
+    let photos: [FeedAsset]
+    let avatars: [FeedAsset]
+    let trace: FeedTrace
+
+    /// Generates (or finds) the images, starts the server and serves them.
+    init(quick: Bool, progress: (String) -> Void) throws {
+        self.quick = quick
+        let (photos, avatars) = FeedAssets.catalogue(quick: quick)
+        self.photos = photos
+        self.avatars = avatars
+        let totalMP = (photos + avatars).reduce(0) { $0 + $1.megapixels }
+        let prepared = try FeedAssets.prepare(photos + avatars) { missing in
+            progress("generating \(missing) photo-like images (once per machine; later runs reuse them)…")
+        }
+        if prepared.generated > 0 {
+            progress(String(format: "generated %d of %d images (%.0f MP in all) in %.1f s into %@",
+                            prepared.generated, photos.count + avatars.count, totalMP, prepared.seconds, FeedAssets.directory.path))
+        } else {
+            progress(String(format: "%d images (%.0f MP in all) already generated in %@",
+                            photos.count + avatars.count, totalMP, FeedAssets.directory.path))
+        }
+        server = try LoopbackServer()
+        let bytes = try FeedAssets.serve(photos + avatars, on: server)
+        trace = Self.trace(quick: quick, photos: photos, avatars: avatars)
+        progress(String(format: "serving them at %@ (%.1f MB); trace: %d cells, %d steps, %d shown, %d distinct images",
+                        server.baseURL.absoluteString, Double(bytes) / 1e6, trace.cells.count, trace.steps.count,
+                        trace.shownCells.count, trace.distinctImages))
+    }
+
+    static func trace(quick: Bool, photos: [FeedAsset], avatars: [FeedAsset]) -> FeedTrace {
+        // 12 MP photos go to cells; the detail view shows the largest of the others (3 MP; the
+        // quick catalogue's 1.9 MP one).
+        let large = photos.indices.filter { photos[$0].megapixels > 10 }
+        let detail = photos.indices.filter { !large.contains($0) }.max { photos[$0].megapixels < photos[$1].megapixels }!
+        return FeedTrace.make(quick: quick, photoCount: photos.count, largePhotos: large, detailPhoto: detail, avatarCount: avatars.count)
+    }
+
+    /// Set in a replay child's environment to have it print its progress.
+    static let progressVariable = "LUMEN_FEED_PROGRESS"
+
+    /// How long a replay may take before it is stopped, in seconds.
+    static let childTimeLimit = 120.0
+
+    /// Replays the trace through `variant` in a child process; writes the contact sheet of
+    /// the shown cells to `sheet` when given. `progress`, when given, is told (steps done,
+    /// steps in all) as the replay goes.
+    func run(_ variant: FeedVariant, sheet: URL? = nil, progress: ((Int, Int) -> Void)? = nil) throws -> FeedRunStats {
+        let cacheDirectory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("lumen-feed-cache-\(ProcessInfo.processInfo.processIdentifier)-\(variant.rawValue)-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: cacheDirectory) }
+        server.resetStatistics()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe")
+        process.arguments = ["bench-child", "feed", variant.rawValue, server.baseURL.absoluteString,
+                             quick ? "quick" : "full", cacheDirectory.path, sheet?.path ?? "-"]
+        if progress != nil {
+            process.environment = ProcessInfo.processInfo.environment.merging([Self.progressVariable: "1"]) { $1 }
+        }
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        // A replay takes seconds; one that hangs is stopped (and reported) rather than
+        // hanging the demo.
+        let watchdog = DispatchWorkItem { [process] in if process.isRunning { process.terminate() } }
+        DispatchQueue.global().asyncAfter(deadline: .now() + Self.childTimeLimit, execute: watchdog)
+        // Lines "progress DONE TOTAL" while it runs, then one line of JSON.
+        var output = Data(), lastLine = Data()
+        while case let chunk = pipe.fileHandleForReading.availableData, !chunk.isEmpty {
+            output.append(chunk)
+            while let newline = output.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = output[output.startIndex..<newline]
+                output.removeSubrange(output.startIndex...newline)
+                let fields = String(decoding: line, as: UTF8.self).split(separator: " ")
+                if fields.count == 3, fields[0] == "progress", let done = Int(fields[1]), let total = Int(fields[2]) {
+                    progress?(done, total)
+                } else {
+                    lastLine = Data(line)
+                }
+            }
+        }
+        if !output.isEmpty { lastLine = output }
+        process.waitUntilExit()
+        watchdog.cancel()
+        if process.terminationReason == .uncaughtSignal {
+            throw BenchError("the \(variant.title) replay was stopped (signal \(process.terminationStatus)) after at most \(Int(Self.childTimeLimit)) s")
+        }
+        guard process.terminationStatus == 0,
+              var stats = try? JSONDecoder().decode(FeedRunStats.self, from: lastLine) else {
+            throw BenchError("the \(variant.title) replay failed (child exit status \(process.terminationStatus))")
+        }
+        let seen = server.statistics
+        stats.networkRequests = seen.totalRequests
+        stats.distinctURLs = seen.requestsByPath.count
+        stats.maxRequestsPerURL = seen.requestsByPath.values.max() ?? 0
+        stats.bytesDownloaded = seen.bodyBytesSent
+        stats.peakConcurrentRequests = seen.peakInFlightRequests
+        stats.requestsByPath = seen.requestsByPath
+        return stats
+    }
+
+    /// The replay itself, in the child process (`lumen bench-child feed …`): prints one line
+    /// of JSON (``FeedRunStats``).
+    static func child(variant: FeedVariant, baseURL: URL, quick: Bool, cacheDirectory: URL, sheet: URL?) throws {
+        let (photos, avatars) = FeedAssets.catalogue(quick: quick)
+        let trace = trace(quick: quick, photos: photos, avatars: avatars)
+        let photoURLs = photos.map { URL(string: baseURL.absoluteString + $0.path)! }
+        let avatarURLs = avatars.map { URL(string: baseURL.absoluteString + $0.path)! }
+        let loader: any FeedLoading = switch variant {
+        case .lumen: LumenFeedLoader(coalescing: true, cacheDirectory: cacheDirectory)
+        case .noCoalescing: LumenFeedLoader(coalescing: false, cacheDirectory: cacheDirectory)
+        case .naive: NaiveFeedLoader()
+        }
+        var replayer = FeedReplayer(trace: trace, photos: photoURLs, avatars: avatarURLs, loader: loader,
+                                    sheetLimit: sheet == nil ? 0 : 40)
+        if ProcessInfo.processInfo.environment[progressVariable] == "1" {
+            replayer.onStep = { done, total in
+                // Every few steps: enough for a bar, too few writes to matter to the timing.
+                if done % 4 == 0 || done == total { print("progress \(done) \(total)") }
+            }
+        }
+        var stats = FeedRunStats()
+        stats.startRSSBytes = currentResidentBytes()
+        let cpuStart = cpuSeconds()
+        let start = monotonicSeconds()
+        let outcome = runBlocking { [replayer] in await replayer.run() }
+        stats.wallSeconds = monotonicSeconds() - start
+        stats.cpuSeconds = cpuSeconds() - cpuStart
+        stats.peakRSSBytes = peakResidentBytes()
+        stats.requests = outcome.requests
+        stats.prefetches = outcome.prefetches
+        stats.cancelledRequests = outcome.cancelledRequests
+        stats.failures = outcome.failures
+        stats.shownCells = outcome.shownCells
+        if let lumen = loader as? LumenFeedLoader {
+            (stats.decodes, stats.decodedPixels) = lumen.counter.snapshot
+            let m = lumen.pipeline.metrics
+            stats.joins = m.fetch.joined + m.decode.joined + m.process.joined
+            stats.workCancelled = m.fetch.cancelled + m.decode.cancelled + m.process.cancelled
+            stats.memoryHits = m.memoryCache.hits
+            stats.diskHits = m.diskCache.hits
+        } else if let naive = loader as? NaiveFeedLoader {
+            (stats.decodes, stats.decodedPixels) = naive.counter.snapshot
+        }
+        if let sheet, !outcome.sheet.isEmpty {
+            let cells = outcome.sheet.map { FeedSheet.cell(photo: $0.photo, avatar: $0.avatar, size: trace.thumbnailPixels) }
+            try FileManager.default.createDirectory(at: sheet.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try ContactSheet.make(cells, cell: trace.thumbnailPixels, columns: 8).encode(as: .png).write(to: sheet, options: .atomic)
+        }
+        let data = try JSONEncoder().encode(stats)
+        print(String(decoding: data, as: UTF8.self))
+    }
+}
+
+/// This process's resident set size now, in bytes (`/proc/self/statm`).
+func currentResidentBytes() -> Int {
+    guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+    let fields = statm.split(separator: " ")
+    guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
+    return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+}
+
+/// CPU time (user + system) this process has used, in seconds.
+func cpuSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+/// Runs `body` on the cooperative pool and blocks this (non-pool) thread until it returns.
+func runBlocking<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
+    let box = ResultBox<T>()
+    let done = DispatchSemaphore(value: 0)
+    Task.detached {
+        box.value = await body()
+        done.signal()
+    }
+    done.wait()
+    return box.value!
+}
+
+/// Carries a result from a task to the thread waiting for it.
+final class ResultBox<T: Sendable>: @unchecked Sendable { // written once before the semaphore is signalled, read after
+    var value: T?
+}
+
+/// Draws a feed cell for the contact sheet: the photo thumbnail with its avatar in the corner.
+enum FeedSheet {
+    static func cell(photo: Bitmap, avatar: Bitmap, size: Int) -> Bitmap {
+        let w = min(size, photo.width), h = min(size, photo.height)
+        var pixels = [UInt8](repeating: 0x2A, count: w * h * 3)
+        let pc = photo.format.channels
+        for y in 0..<h {
+            for x in 0..<w {
+                let s = (y * photo.width + x) * pc, d = (y * w + x) * 3
+                pixels[d] = photo.pixels[s]; pixels[d + 1] = photo.pixels[s + 1]; pixels[d + 2] = photo.pixels[s + 2]
+            }
+        }
+        // The avatar, inset 6 px from the bottom-left corner, blended over the photo.
+        let ac = avatar.format.channels
+        let ox = 6, oy = max(0, h - avatar.height - 6)
+        for y in 0..<min(avatar.height, h - oy) {
+            for x in 0..<min(avatar.width, w - ox) {
+                let s = (y * avatar.width + x) * ac, d = ((oy + y) * w + ox + x) * 3
+                let a = ac == 4 ? Int(avatar.pixels[s + 3]) : 255
+                for k in 0..<3 {
+                    pixels[d + k] = UInt8((Int(avatar.pixels[s + k]) * a + Int(pixels[d + k]) * (255 - a) + 127) / 255)
+                }
+            }
+        }
+        return Bitmap(width: w, height: h, format: .rgb8, pixels: pixels)
+    }
+}

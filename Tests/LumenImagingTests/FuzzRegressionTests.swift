@@ -1,0 +1,139 @@
+import Foundation
+import Testing
+@testable import LumenImaging
+
+/// Inputs found by fuzzing the decoder (`scripts/fuzz.sh`, libFuzzer + AddressSanitizer) and
+/// the hostile shapes behind them. Each test feeds the input that failed and asserts the
+/// outcome the issue promises: an image of the right size or a typed error, and memory
+/// bounded by the image, not by what a hostile header can make the resampler build.
+@Suite(.timeLimit(.minutes(1)))
+struct FuzzRegressionTests {
+    /// A `width`×`height` PNG whose pixels are a left-to-right gray ramp.
+    static func rampPNG(width: Int, height: Int) throws -> Data {
+        var pixels = [UInt8](repeating: 0, count: width * height * 3)
+        for x in 0..<width {
+            let v = UInt8(x * 255 / max(width - 1, 1))
+            for y in 0..<height { let i = (y * width + x) * 3; pixels[i] = v; pixels[i + 1] = v; pixels[i + 2] = v }
+        }
+        return try Bitmap(width: width, height: height, format: .rgb8, pixels: pixels).encode(as: .png)
+    }
+
+    // MARK: - Resampler weight tables (found: `malloc(383987744)` for a 4 000 000×1 PNG)
+
+    /// A 4 000 000×1 strip is within a 4 MP limit, but its Lanczos table for 64 outputs held
+    /// 6 × 4 000 000 taps of 16 bytes (384 MB; 9.6 GB for 100 MP × 1). The axis is now
+    /// box-reduced first, and the result is still the ramp.
+    @Test func extremelyWideStripDecodesWithoutAHugeWeightTable() throws {
+        let width = 4_000_000
+        let data = try Self.rampPNG(width: width, height: 1)
+        let image = try ImageDecoder.decode(data, options: DecodeOptions(size: .maxPixelSize(64), maximumPixelCount: 4_000_000))
+        #expect(image.bitmap.width == 64 && image.bitmap.height == 1)
+        for x in 0..<64 {
+            // Output x covers the source span [x, x + 1) × width / 64: its mean is the ramp there.
+            let expected = (Double(x) + 0.5) / 64 * 255
+            #expect(abs(Double(image.bitmap.rgba(x: x, y: 0).r) - expected) <= 2, "column \(x)")
+        }
+        let strip = Bitmap(width: width, height: 1, format: .rgb8, pixels: [UInt8](repeating: 9, count: width * 3))
+        let bounded = Resampler.boundingTaps(strip, width: 64, height: 1, outputs: (64, 1), filter: .lanczos3)
+        #expect(bounded.width < 64 * 6 && bounded.width >= 64 * 2)
+        let weights = FilterWeights(resampling: bounded.width, to: 64, filter: .lanczos3)
+        #expect(weights.count * weights.stride < 1 << 16)
+    }
+
+    /// Ordinary reductions, even large ones, keep the exact single-pass filter.
+    @Test(arguments: [((4000, 3000), (256, 192)), ((12000, 9000), (64, 48)), ((300, 2), (30, 1))])
+    func ordinaryReductionsAreNotPreReduced(source: (Int, Int), target: (Int, Int)) {
+        let image = Bitmap(
+            width: source.0, height: source.1, format: .rgb8, pixels: [UInt8](repeating: 0, count: source.0 * source.1 * 3))
+        let bounded = Resampler.boundingTaps(image, width: target.0, height: target.1, outputs: target, filter: .lanczos3)
+        #expect(bounded.width == source.0 && bounded.height == source.1)
+    }
+
+    /// Box reduction averages premultiplied: a transparent pixel's colour does not leak.
+    @Test func boxReductionAveragesPremultiplied() {
+        // Two runs of 3: [opaque red, transparent green, opaque red], [half-transparent blue ×3].
+        let pixels: [UInt8] = [255, 0, 0, 255, 0, 255, 0, 0, 255, 0, 0, 255,
+                               0, 0, 255, 128, 0, 0, 255, 128, 0, 0, 255, 128]
+        let image = Bitmap(width: 6, height: 1, format: .rgba8, pixels: pixels)
+        let reduced = Resampler.boxReduced(image, columns: 3, rows: 1)
+        #expect(reduced.width == 2 && reduced.height == 1)
+        #expect(reduced.pixels == [255, 0, 0, 170, 0, 0, 255, 128])
+    }
+
+    // MARK: - Aspect fill with upscaling
+
+    /// A 1×60 000 strip filled into 256×256 with upscaling scales to 256×15 360 000 before the
+    /// centre crop: 11.8 GB as a full intermediate. Only the crop window is resampled now.
+    @Test func thinStripFilledWithUpscalingBuildsOnlyTheCrop() throws {
+        let data = try Self.rampPNG(width: 1, height: 60_000)
+        let options = DecodeOptions(
+            size: .size(width: 256, height: 256, contentMode: .aspectFill), allowsUpscaling: true)
+        let image = try ImageDecoder.decode(data, options: options)
+        #expect(image.bitmap.width == 256 && image.bitmap.height == 256)
+        #expect(image.bitmap.rgba(x: 0, y: 0) == image.bitmap.rgba(x: 255, y: 255))
+
+        let strip = Bitmap(width: 1, height: 60_000, format: .rgb8, pixels: [UInt8](repeating: 77, count: 180_000))
+        let filled = try ImageProcessors.Resize(size: (256, 256), contentMode: .aspectFill, crop: true, upscale: true).process(strip)
+        #expect(filled.width == 256 && filled.height == 256)
+        #expect(filled.pixels.allSatisfy { $0 == 77 })
+    }
+
+    /// The windowed resample gives exactly the pixels of resampling everything, orienting and
+    /// cropping the centre, for every orientation and for both pixel formats.
+    @Test(arguments: ImageOrientation.allCases, [PixelFormat.rgb8, .rgba8])
+    func fillCropMatchesFullResampleThenCrop(orientation: ImageOrientation, format: PixelFormat) {
+        let stored = SyntheticImages.pattern(width: 53, height: 31, format: format, seed: 7)
+        for (size, upscale) in [((20, 20), false), ((16, 9), false), ((90, 40), true), ((7, 60), true)] {
+            let options = DecodeOptions(
+                size: .size(width: size.0, height: size.1, contentMode: .aspectFill), allowsUpscaling: upscale)
+            let swaps = orientation.swapsDimensions
+            let geometry = Geometry(
+                uprightWidth: swaps ? 31 : 53, uprightHeight: swaps ? 53 : 31, swaps: swaps, options: options)
+            var resampled = false
+            let result = geometry.finish(stored, orientation: orientation, resampled: &resampled)
+
+            let tw = swaps ? geometry.scaledHeight : geometry.scaledWidth
+            let th = swaps ? geometry.scaledWidth : geometry.scaledHeight
+            let upright = Resampler.resample(stored, width: tw, height: th).applying(orientation)
+            let expected = upright.cropped(
+                x: (upright.width - geometry.cropWidth) / 2, y: (upright.height - geometry.cropHeight) / 2,
+                width: geometry.cropWidth, height: geometry.cropHeight)
+            #expect(result == expected, "\(orientation) \(format) \(size) upscale \(upscale)")
+            #expect(resampled)
+        }
+    }
+
+    // MARK: - ICC profile memory (a 176-byte PNG made lcms2 zero-fill ~500 MB)
+
+    /// A 1×1 PNG, pixel (0x80, 0x40, 0x20), whose iCCP profile is an RGB profile with an A2B0
+    /// `mft2` tag declaring 3 inputs, 15 outputs and 255 grid points: a 255³ × 15 × 2-byte
+    /// CLUT (497 MB) that lcms2 allocates and zero-fills before finding the data missing.
+    static var iccBombPNG: Data {
+        Data(base64Encoded:
+            "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAAX2lDQ1BldmlsAAB4nGNgYBTISc4tZhJgYMjNKykKcndSiIiMUmBAAonJxQUMe"
+            + "MG3awyMIPqyLn51WAGjo5GTAZCeAMQNuWklRiBBZv7/DBAzkVVi4TMBIcP//whMGQAAXRQUrwIkcT8AAAAMSURBVHicY2hwUAAAAiQA4atZYi"
+            + "cAAAAASUVORK5CYII=")!
+    }
+
+    @Test func hostileICCTableIsRefusedWithinTheMemoryBudget() throws {
+        ColorProfile.resetLcmsPeakBytes()
+        let image = try ImageDecoder.decode(Self.iccBombPNG)
+        #expect(image.bitmap.width == 1 && image.bitmap.height == 1)
+        // The profile cannot be used, so the stored colour comes through unconverted.
+        let p = image.bitmap.rgba(x: 0, y: 0)
+        #expect(p.r == 0x80 && p.g == 0x40 && p.b == 0x20)
+        // lcms2 did run (it opened the profile) but never held more than a sliver of memory.
+        #expect(ColorProfile.lcmsPeakBytes > 0)
+        #expect(ColorProfile.lcmsPeakBytes < 1 << 20)
+    }
+
+    /// A real embedded profile still converts within the budget.
+    @Test func realProfileConvertsWithinTheMemoryBudget() throws {
+        let data = try CorpusPNG.data("real-world/icc_profile.png")
+        ColorProfile.resetLcmsPeakBytes()
+        let converted = try ImageDecoder.decode(data)
+        #expect(ColorProfile.lcmsPeakBytes > 0 && ColorProfile.lcmsPeakBytes <= ColorProfile.memoryBudget)
+        let raw = try ImageDecoder.decode(data, options: DecodeOptions(convertsColorProfile: false))
+        #expect(converted.bitmap.width == raw.bitmap.width && converted.bitmap.height == raw.bitmap.height)
+    }
+}

@@ -1,0 +1,35 @@
+import Foundation
+import Testing
+
+/// `lumen demo`, run as users run it (quick trace, JSON output): its replay through Lumen
+/// with the defaults makes exactly one network request per distinct URL, as counted by the
+/// loopback server, and the demo's own checks pass.
+@Suite(.timeLimit(.minutes(1)))
+struct FeedDemoTests {
+    @Test func demoRunAMakesExactlyOneNetworkRequestPerDistinctURL() async throws {
+        let output = FileManager.default.temporaryDirectory.appendingPathComponent("lumen-demo-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: output) }
+        let outcome = try await Executables.run("lumen", ["demo", "--quick", "--json", "--output", output.path])
+        #expect(outcome.status == 0, "\(outcome.standardError)")
+        let line = try #require(outcome.standardOutput.split(separator: "\n").last, "no output; stderr: \(outcome.standardError)")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        let lumen = try #require(object["lumen"] as? [String: Any])
+        let noCoalescing = try #require(object["noCoalescing"] as? [String: Any])
+        let naive = try #require(object["naive"] as? [String: Any])
+        let network = try #require(lumen["networkRequests"] as? Int)
+        let distinct = try #require(lumen["distinctURLs"] as? Int)
+        // The feed's images were actually loaded, each exactly once.
+        #expect(distinct > 0)
+        #expect(network == distinct)
+        #expect(lumen["maxRequestsPerURL"] as? Int == 1)
+        #expect(lumen["failures"] as? Int == 0)
+        // The baselines replayed the same trace; the naive loader, which shares nothing and
+        // caches nothing, downloaded more.
+        #expect(noCoalescing["requests"] as? Int == lumen["requests"] as? Int)
+        #expect(naive["requests"] as? Int == lumen["requests"] as? Int)
+        #expect((naive["networkRequests"] as? Int ?? 0) > network)
+        #expect((object["violations"] as? [String])?.isEmpty == true, "\(object["violations"] ?? "")")
+        let sheet = try #require(object["contactSheet"] as? String)
+        #expect(FileManager.default.fileExists(atPath: sheet))
+    }
+}
