@@ -48,13 +48,27 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
         switch request.resource {
         case .closure: return true
         case .url(let url):
-            let scheme = url.scheme?.lowercased()
-            return scheme != "file" && scheme != "data"
+            return !isLocal(url)
         case .urlRequest(let urlRequest):
-            let scheme = urlRequest.url?.scheme?.lowercased()
             let method = urlRequest.httpMethod?.uppercased() ?? "GET"
-            return scheme != "file" && scheme != "data" && method == "GET"
+            return !isLocal(urlRequest.url) && method == "GET"
         }
+    }
+
+    /// Whether `url` is a `file:` or `data:` URL (read without the network), comparing the
+    /// scheme's ASCII bytes without building a lowercased copy of it.
+    private static func isLocal(_ url: URL?) -> Bool {
+        guard let scheme = url?.scheme else { return false }
+        func matches(_ name: StaticString) -> Bool {
+            let expected = UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount)
+            var index = 0
+            for byte in scheme.utf8 {
+                guard index < expected.count, byte | 0x20 == expected[index] else { return false }
+                index += 1
+            }
+            return index == expected.count
+        }
+        return matches("file") || matches("data")
     }
 
     private func complete(_ result: Result<FetchedData, ImagePipeline.Error>) {
@@ -135,8 +149,7 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
         guard var urlRequest = request.urlRequest else { preconditionFailure("FetchTask: a URL resource without a URLRequest") }
         for (name, value) in conditionalHeaders { urlRequest.setValue(value, forHTTPHeaderField: name) }
         // `file:` and `data:` URLs go through the loader too, but not over the network.
-        let scheme = urlRequest.url?.scheme?.lowercased()
-        let isNetwork = scheme != "file" && scheme != "data"
+        let isNetwork = !Self.isLocal(urlRequest.url)
         graph.metricsStore.withLock {
             if isNetwork {
                 $0.networkRequestsStarted += 1
