@@ -8,7 +8,7 @@ import Synchronization
 /// back of its new level) or be cancelled before it starts. With ``Execution-swift.enum/threads``
 /// synchronous work runs on the queue's own worker threads (never on the cooperative pool);
 /// with ``Execution-swift.enum/tasks`` each item runs in a detached Swift task that is
-/// cancelled when the item is.
+/// cancelled when the item is (a task whose item ends goes on with the next pending item).
 ///
 /// Share a queue between pipelines to share its limit. Set ``isSuspended`` to hold items
 /// pending (tests use this to observe priorities).
@@ -34,13 +34,24 @@ public final class WorkQueue: Sendable {
         @exclusivity(unchecked) fileprivate var job: Job?
         @exclusivity(unchecked) fileprivate var state = State.pending
         @exclusivity(unchecked) fileprivate var sequence = 0
-        @exclusivity(unchecked) fileprivate var task: Task<Void, Never>?
+        /// The Swift task running the item, for items that run in one.
+        @exclusivity(unchecked) fileprivate var runner: Runner?
+        /// Cancellation asked for while running, before the item had its runner.
         @exclusivity(unchecked) fileprivate var isCancellationRequested = false
 
         fileprivate init(priority: ImageRequest.Priority, job: Job) {
             self.priority = priority
             self.job = job
         }
+    }
+
+    /// A detached Swift task running items one after another: when an item ends, the task
+    /// takes the next pending item itself rather than ending and leaving it to a new task (a
+    /// task creation and a trip through the global executor's queue per item). It goes on only
+    /// while nobody asked to cancel it, so cancelling one item's task never reaches another.
+    final class Runner: @unchecked Sendable { // state guarded by the owning queue's lock
+        @exclusivity(unchecked) fileprivate var task: Task<Void, Never>?
+        @exclusivity(unchecked) fileprivate var isCancellationRequested = false
     }
 
     /// The queue's name, for diagnostics.
@@ -207,8 +218,13 @@ public final class WorkQueue: Sendable {
                 state.pending -= 1
                 return nil
             case .running:
-                item.isCancellationRequested = true
-                return item.task
+                guard let runner = item.runner else {
+                    item.isCancellationRequested = true // about to get its runner, or on a worker thread
+                    return nil
+                }
+                if let task = runner.task { return task }
+                runner.isCancellationRequested = true // `attach` cancels the task
+                return nil
             case .finished, .cancelled:
                 return nil
             }
@@ -229,21 +245,54 @@ public final class WorkQueue: Sendable {
     }
 
     private func start(_ item: Item, _ job: Job, threadLimit: Int) {
-        switch (job, workers) {
-        case (.sync(let work), let workers?):
+        if case .sync(let work) = job, let workers {
             workers.submit(threadLimit: threadLimit) { [self] in runOnWorker(item, work) }
-        case (.sync(let work), nil):
-            let task = Task.detached(priority: item.priority.taskPriority) { [self] in
-                work()
-                finish(item)
+            return
+        }
+        let runner = Runner()
+        state.withLock { _ in
+            item.runner = runner
+            runner.isCancellationRequested = item.isCancellationRequested
+        }
+        let task = Task.detached(priority: item.priority.taskPriority) { [self] in
+            await runInTask(item, job, runner)
+        }
+        attach(task, to: runner)
+    }
+
+    /// Runs `job` in `runner`'s task, then, while the runner may go on, the next pending items
+    /// that run in a task.
+    private func runInTask(_ item: Item, _ job: Job, _ runner: Runner) async {
+        var item = item
+        var job = job
+        while true {
+            switch job {
+            case .async(let work): await work()
+            case .sync(let work): work()
             }
-            attach(task, to: item)
-        case (.async(let work), _):
-            let task = Task.detached(priority: item.priority.taskPriority) { [self] in
-                await work()
-                finish(item)
+            let hasWorkers = workers != nil
+            let next: (Item, Job)? = state.withLock { state in
+                item.state = .finished
+                item.runner = nil
+                state.running -= 1
+                // Go on only in an attached task nobody asked to cancel.
+                guard runner.task != nil, !runner.isCancellationRequested, !Task.isCancelled,
+                      let (nextItem, nextJob) = state.admitNext() else { return nil }
+                if case .sync = nextJob, hasWorkers { return (nextItem, nextJob) } // for a worker thread
+                nextItem.runner = runner
+                return (nextItem, nextJob)
             }
-            attach(task, to: item)
+            guard let (nextItem, nextJob) = next else {
+                drain() // what this task did not take (it may be stopping) starts elsewhere
+                return
+            }
+            if case .sync = nextJob, hasWorkers {
+                start(nextItem, nextJob, threadLimit: maxConcurrentCount)
+                drain()
+                return
+            }
+            item = nextItem
+            job = nextJob
         }
     }
 
@@ -257,7 +306,6 @@ public final class WorkQueue: Sendable {
             work()
             let next: (Item, Job)? = state.withLock { state in
                 item.state = .finished
-                item.task = nil
                 state.running -= 1
                 return state.admitNext()
             }
@@ -272,22 +320,12 @@ public final class WorkQueue: Sendable {
         }
     }
 
-    private func attach(_ task: Task<Void, Never>, to item: Item) {
+    private func attach(_ task: Task<Void, Never>, to runner: Runner) {
         let cancel: Bool = state.withLock { _ in
-            guard item.state == .running else { return false }
-            item.task = task
-            return item.isCancellationRequested
+            runner.task = task
+            return runner.isCancellationRequested
         }
         if cancel { task.cancel() }
-    }
-
-    private func finish(_ item: Item) {
-        state.withLock { state in
-            item.state = .finished
-            item.task = nil
-            state.running -= 1
-        }
-        drain()
     }
 }
 
