@@ -93,7 +93,12 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         graph.register(self)
         let count = request.processors.count
         let top = graph.imageTask(for: request, keys: keys, processorCount: count, isFinal: true)
-        top.markRequested(memoryKey: keys.finalMemoryKey, diskKey: keys.processedDiskKey)
+        // This request's own cache-write permissions: the stage is shared with requests whose
+        // options may differ.
+        let options = request.options
+        top.markRequested(
+            memoryKey: options.contains(.disableMemoryCacheWrites) ? nil : keys.finalMemoryKey,
+            diskKey: CacheLayers.writesDisk(options) ? keys.processedDiskKey : nil)
         // Unowned: the graph keeps the task alive while it is registered (which outlasts the
         // subscription), and the Swift task awaiting it, not the stage finishing it, then
         // releases it last.

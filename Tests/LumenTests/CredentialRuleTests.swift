@@ -78,3 +78,31 @@ struct CredentialRuleTests {
         #expect(FetchKey(ra) != FetchKey(ImageRequest(url: PipelineCacheURLs.a)))
     }
 }
+
+/// A decode shared by requests with different cache-write options stores the image only for
+/// the subscribers allowed to write it.
+@Suite(.timeLimit(.minutes(1)))
+struct SharedDecodeCachePermissionTests {
+    @Test func writerJoiningANonWriterStillStoresTheImage() async throws {
+        let h = PipelineCacheHarness(disk: false)
+        defer { h.cleanUp() }
+        let noWrite = ImageRequest(url: PipelineCacheURLs.a, options: [.disableMemoryCacheWrites])
+        let writer = ImageRequest(url: PipelineCacheURLs.a)
+        h.loader.isSuspended = true
+        let t1 = h.pipeline.imageTask(with: noWrite) // creates the decode stage
+        let t2 = h.pipeline.imageTask(with: writer)
+        h.loader.resume()
+        _ = try await t1.response
+        _ = try await t2.response
+        #expect(h.decoder.decodeCount == 1)
+        #expect(h.pipeline.cache[writer] != nil)
+    }
+
+    @Test func nonWriterAloneStoresNothing() async throws {
+        let h = PipelineCacheHarness(disk: false)
+        defer { h.cleanUp() }
+        let noWrite = ImageRequest(url: PipelineCacheURLs.a, options: [.disableMemoryCacheWrites])
+        _ = try await h.pipeline.image(for: noWrite)
+        #expect(h.pipeline.cache[ImageRequest(url: PipelineCacheURLs.a)] == nil)
+    }
+}

@@ -27,7 +27,9 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
     }
 
     /// Records that a request wants this stage's image as its final image, under its own keys
-    /// (requests sharing a stage may differ in `imageID`). Must hold the graph's lock.
+    /// (requests sharing a stage may differ in `imageID`). Pass `nil` for a layer the request
+    /// may not write (its own cache options): subscribers' permissions are applied one by one.
+    /// Must hold the graph's lock.
     final func markRequested(memoryKey: ImageCacheKey?, diskKey: String?) {
         if let memoryKey, !requestedMemoryKeys.contains(memoryKey) { requestedMemoryKeys.append(memoryKey) }
         if let diskKey, !requestedDiskKeys.contains(diskKey) { requestedDiskKeys.append(diskKey) }
@@ -94,12 +96,9 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
         // response arrives finds the image in memory.
         let wantsKeys = caches.hasImageCache || (caches.hasDataCache && caches.storesEncodedImages)
         let (memoryKeys, diskKeys) = wantsKeys ? graph.sync { (requestedMemoryKeys, requestedDiskKeys) } : ([], [])
-        let options = request.options
-        if !options.contains(.disableMemoryCacheWrites) {
-            for key in memoryKeys { caches.storeImage(result.container, for: key) }
-        }
-        if !isEncodedOnDisk, !diskKeys.isEmpty, caches.hasDataCache, caches.storesEncodedImages,
-           CacheLayers.writesDisk(options), !result.container.isPreview {
+        // Only subscribers allowed to write a layer marked a key for it.
+        for key in memoryKeys { caches.storeImage(result.container, for: key) }
+        if !isEncodedOnDisk, !diskKeys.isEmpty, caches.hasDataCache, caches.storesEncodedImages, !result.container.isPreview {
             encode(result.container.image, for: diskKeys)
         }
         graph.sync {

@@ -118,25 +118,25 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
-/// The key of the decode stage: the data key, the decode size and the request options (the
-/// decode is the "load image" stage of a request without processors, and options decide how
-/// that stage uses the caches).
+/// The key of the decode stage: the data key (the fetch key) and the decode size (DESIGN §1).
+///
+/// Options that only decide whether the result is written to the memory cache are not part of
+/// it: requests differing only there share the decode, and each subscriber's write permissions
+/// are applied when the result is stored (see ``ImageStageTask/markRequested(memoryKey:diskKey:)``).
 struct DecodeKey: Hashable, Sendable, CustomStringConvertible {
     var fetch: FetchKey
     var size: DecodeSize?
-    var options: UInt16
 
     init(_ request: ImageRequest) {
         fetch = FetchKey(request)
         size = request.thumbnail
-        options = request.options.rawValue
     }
 
     var description: String { "\(fetch) size=\(size.map { "\($0)" } ?? "original")" }
 }
 
-/// The key of a processing stage ("load image"): the decode key (which carries the request
-/// options) and a prefix of the processors (by their hashable identities). Every prefix is its
+/// The key of a processing stage ("load image"): the decode key (fetch key + decode size) and a
+/// prefix of the processors (by their hashable identities). Every prefix is its
 /// own key, so `[a]` and `[a, b]` share the task applying `a`.
 ///
 /// Processors' identities are user code: they are read, and the key's hash computed, when the
