@@ -298,6 +298,7 @@ public final class FetchImage {
             processors: original.processors, priority: priority, options: options,
             thumbnail: target.size, userInfo: original.userInfo)
         if fingerprint == nil { request.imageID = original.imageID }
+        request.isInMemory = true // no download slot: a size change never waits behind downloads
         return request
     }
 
