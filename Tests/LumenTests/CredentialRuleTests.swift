@@ -106,3 +106,45 @@ struct SharedDecodeCachePermissionTests {
         #expect(h.pipeline.cache[ImageRequest(url: PipelineCacheURLs.a)] == nil)
     }
 }
+
+/// `waitForMetrics(until:)` runs conditions with no pipeline lock held, and returns when its
+/// task is cancelled.
+@Suite(.timeLimit(.minutes(1)))
+struct MetricsWaitTests {
+    @Test func aConditionThatUsesThePipelineDoesNotDeadlock() async throws {
+        let h = PipelineHarness()
+        let pipeline = h.pipeline
+        let evaluations = CallCounter()
+        h.loader.isSuspended = true
+        let task = pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a))
+        let waiter = Task {
+            await pipeline.waitForMetrics { metrics in
+                evaluations.increment()
+                // Both take locks the pipeline holds while it publishes counters.
+                _ = pipeline.isInvalidated
+                return pipeline.metrics.decodes >= 1 && metrics.decode.completed >= 1
+            }
+        }
+        h.loader.resume()
+        _ = try await task.response
+        await waiter.value
+        #expect(evaluations.value >= 1)
+    }
+
+    @Test func aCancelledWaiterReturns() async {
+        let h = PipelineHarness()
+        let pipeline = h.pipeline
+        let (evaluations, evaluated) = AsyncStream.makeStream(of: Void.self)
+        let waiter = Task {
+            await pipeline.waitForMetrics { _ in
+                evaluated.yield()
+                return false
+            }
+        }
+        var iterator = evaluations.makeAsyncIterator()
+        _ = await iterator.next() // the waiter has registered and checked its condition
+        waiter.cancel()
+        await waiter.value // returns although its condition never holds
+        #expect(pipeline.metrics.liveRequests == 0)
+    }
+}
