@@ -95,6 +95,12 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         deferred.append(effect)
     }
 
+    /// Cancels `tasks` once the lock is released: ``WorkQueue``'s `cancelLater` for work
+    /// enqueued under the lock (cancelling runs user cancellation handlers). Must hold the lock.
+    func cancelAfterUnlock(_ tasks: [Task<Void, Never>]) {
+        afterUnlock { for task in tasks { task.cancel() } }
+    }
+
     /// Reports `event` to the configured handler, after unlocking. Must hold the lock.
     func emit(_ event: @autoclosure () -> ImagePipeline.Event) {
         guard let handler = configuration.eventHandler else { return }

@@ -44,7 +44,7 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
             return
         }
         let queue = graph.configuration.dataLoadingQueue
-        let item = queue.enqueue(priority: priority) { [self] in await run() }
+        let item = queue.enqueue(priority: priority, cancelLater: graph.cancelAfterUnlock) { [self] in await run() }
         operation = (queue, item)
     }
 

@@ -42,7 +42,7 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
         }
         // Disk I/O never runs under the graph's lock: read on the data-loading queue.
         let queue = graph.configuration.dataLoadingQueue
-        let item = queue.enqueue(priority: priority) { [self] in
+        let item = queue.enqueue(priority: priority, cancelLater: graph.cancelAfterUnlock) { [self] in
             let caches = graph.caches
             if let entry = caches.cachedData(for: key), caches.isFresh(entry.metadata) {
                 graph.sync {
@@ -71,7 +71,7 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
         let options = DecodeOptions(size: nil, maximumPixelCount: configuration.maximumDecodedPixelCount)
         let context = ImageDecodingContext(request: request, urlResponse: nil, options: options)
         let queue = configuration.decodingQueue
-        let item = queue.enqueue(priority: priority) { [self] in
+        let item = queue.enqueue(priority: priority, cancelLater: graph.cancelAfterUnlock) { [self] in
             graph.metricsStore.withLock { $0.decodes += 1 }
             do {
                 let container = try configuration.decoder.decode(data, context: context)
