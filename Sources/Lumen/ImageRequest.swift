@@ -128,7 +128,10 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
     }
     /// Extra header names (case-insensitive) that carry credentials, in addition to
     /// `Authorization`, `Cookie` and `Proxy-Authorization`. Requests whose values for these
-    /// headers differ never share a download or a result. Default empty.
+    /// headers differ never share a download or a result. Values are compared exactly after
+    /// trimming surrounding whitespace, and an empty credential header counts as none (one
+    /// rule for downloads and both caches: ``ImageCacheKey/credentialFingerprint(for:markedHeaders:)``).
+    /// Default empty.
     public var credentialHeaders: Set<String> {
         get { storage.credentialHeaders }
         set {
