@@ -56,6 +56,9 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
         var credentialHeaders: Set<String> = []
         var userInfo: [String: any Sendable] = [:]
         var explicitImageID: String?
+        /// The data closure only hands back bytes already in memory (``FetchImage``'s
+        /// re-decodes): the fetch stage calls it without a download slot.
+        var isInMemory = false
         /// The fetch stage's key, computed once: it depends only on the resource and the
         /// credential headers.
         var fetchKey: FetchKey
@@ -74,6 +77,7 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
             copy.credentialHeaders = credentialHeaders
             copy.userInfo = userInfo
             copy.explicitImageID = explicitImageID
+            copy.isInMemory = isInMemory
             copy.fetchKey = fetchKey
             return copy
         }
@@ -88,6 +92,12 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
 
     var resource: Resource { storage.resource }
     var fetchKey: FetchKey { storage.fetchKey }
+    /// Whether the request's data closure only returns bytes already in memory: its fetch
+    /// takes no slot of the data-loading queue and counts no downloaded bytes.
+    var isInMemory: Bool {
+        get { storage.isInMemory }
+        set { mutate { $0.isInMemory = newValue } }
+    }
     /// `imageID ?? ""` without building the URL string again: the fetch key's identity is the
     /// URL's absolute string (`""` without a URL) or the closure's id.
     var cacheImageID: String { storage.explicitImageID ?? storage.fetchKey.identity }
@@ -118,7 +128,10 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
     }
     /// Extra header names (case-insensitive) that carry credentials, in addition to
     /// `Authorization`, `Cookie` and `Proxy-Authorization`. Requests whose values for these
-    /// headers differ never share a download or a result. Default empty.
+    /// headers differ never share a download or a result. Values are compared exactly after
+    /// trimming surrounding whitespace, and an empty credential header counts as none (one
+    /// rule for downloads and both caches: ``ImageCacheKey/credentialFingerprint(for:markedHeaders:)``).
+    /// Default empty.
     public var credentialHeaders: Set<String> {
         get { storage.credentialHeaders }
         set {

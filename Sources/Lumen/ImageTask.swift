@@ -44,6 +44,9 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     /// The request the task is loading.
     public let request: ImageRequest
 
+    /// The most unread events an ``events`` stream holds (the oldest are dropped first).
+    static let eventBufferLimit = 32
+
     private let graph: WorkGraph
     @exclusivity(unchecked) private var _priority: ImageRequest.Priority
     @exclusivity(unchecked) private var _progress = Progress(completed: 0, total: 0)
@@ -93,7 +96,12 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         graph.register(self)
         let count = request.processors.count
         let top = graph.imageTask(for: request, keys: keys, processorCount: count, isFinal: true)
-        top.markRequested(memoryKey: keys.finalMemoryKey, diskKey: keys.processedDiskKey)
+        // This request's own cache-write permissions: the stage is shared with requests whose
+        // options may differ.
+        let options = request.options
+        top.markRequested(
+            memoryKey: options.contains(.disableMemoryCacheWrites) ? nil : keys.finalMemoryKey,
+            diskKey: CacheLayers.writesDisk(options) ? keys.processedDiskKey : nil)
         // Unowned: the graph keeps the task alive while it is registered (which outlasts the
         // subscription), and the Swift task awaiting it, not the stage finishing it, then
         // releases it last.
@@ -147,8 +155,13 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
 
     /// The task's events: progress, then `.finished`. A stream created after the task ended
     /// yields only `.finished`.
+    ///
+    /// The stream holds at most the 32 newest unread events (``eventBufferLimit``): progress is
+    /// cumulative, so a reader that falls behind skips older steps and still gets the latest,
+    /// and an unread stream never grows past the limit. `.finished` is the last event and is
+    /// never dropped.
     public var events: AsyncStream<Event> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Event.self)
+        let (stream, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingNewest(Self.eventBufferLimit))
         let finished: Result<ImageResponse, ImagePipeline.Error>? = graph.sync {
             if let result { return result }
             nextStreamID += 1

@@ -160,6 +160,29 @@ struct FetchImageTests {
         #expect(h.loader.loadCount == 1)
     }
 
+    /// Re-decoding bytes the model holds takes no download slot: with every slot of the
+    /// data-loading queue (6) held by stalled downloads, a size change still re-decodes.
+    @Test func aSizeChangeReDecodesWhileEveryDownloadSlotIsHeld() async throws {
+        let h = PipelineHarness()
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        model.displaySize(width: 100, height: 100)
+        await waitUntil(model) { $0.phase.image != nil }
+
+        h.loader.isSuspended = true
+        let downloads = (0..<6).map { h.pipeline.dataTask(with: ImageRequest(url: PipelineURLs.numbered($0))) }
+        await h.pipeline.waitForMetrics { $0.networkRequestsInFlight == 6 }
+        let bytesBefore = h.pipeline.metrics.bytesDownloaded
+
+        model.displaySize(width: 300, height: 200)
+        await waitUntil(model) { $0.phase.image?.width == 320 }
+        #expect(h.pipeline.metrics.decodes == 2)
+        #expect(h.pipeline.metrics.networkRequestsStarted == 7)
+        #expect(h.pipeline.metrics.bytesDownloaded == bytesBefore) // not a download
+        for download in downloads { download.cancel() }
+        h.loader.resume()
+    }
+
     @Test func sizesInTheSameBucketShareTheDecode() async throws {
         let h = PipelineHarness()
         let model = FetchImage(pipeline: h.pipeline)

@@ -188,7 +188,9 @@ struct PipelineCoalescingTests {
         #expect(h.loader.loadCount == 3)
     }
 
-    @Test func differentOptionsShareTheDownloadButNotTheImage() async throws {
+    /// Options that only gate cache writes don't change the image: one download, one decode
+    /// (DESIGN §1: decode key = data key + decode size).
+    @Test func cacheWriteOptionsShareTheDownloadAndTheDecode() async throws {
         let h = PipelineHarness()
         h.loader.isSuspended = true
         let t1 = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a))
@@ -197,7 +199,7 @@ struct PipelineCoalescingTests {
         _ = try await t1.response
         _ = try await t2.response
         #expect(h.loader.loadCount == 1)
-        #expect(h.decoder.decodeCount == 2)
+        #expect(h.decoder.decodeCount == 1)
     }
 
     @Test func eventsDescribeTheStagesAndTheLoggerHearsFailures() async throws {

@@ -71,22 +71,36 @@ public struct ImageCacheKey: Hashable, Sendable {
     }
 
     /// Header names that always count as credentials (compared case-insensitively).
-    public static let credentialHeaderNames: Set<String> = ["authorization", "cookie", "proxy-authorization"]
+    public static let credentialHeaderNames: Set<String> = CredentialRule.standardNames
 
     /// A SHA-256 (lowercase hex) of the credential headers in `headers`, or `nil` when the
     /// request carries none.
     ///
-    /// Credential headers are `Authorization`, `Cookie`, `Proxy-Authorization` and every name
-    /// in `markedHeaders` (header names compare case-insensitively). Names are lowercased,
-    /// values trimmed of surrounding whitespace, headers with an empty value ignored, and the
-    /// pairs sorted by name and length-prefixed before hashing, so the fingerprint does not
-    /// depend on header order or name case, and different credentials give different
-    /// fingerprints. Non-credential headers never change it.
+    /// The pipeline's one credential rule (the fetch key, the memory and disk keys,
+    /// `FetchImage` and the prefetcher all use it): credential headers are `Authorization`,
+    /// `Cookie`, `Proxy-Authorization` and every name in `markedHeaders` (names compare
+    /// case-insensitively). Values are trimmed of surrounding whitespace and then compared
+    /// exactly; a credential header whose trimmed value is empty is the same as no header.
+    /// The fingerprint does not depend on header order or name case, different credentials
+    /// give different fingerprints, and non-credential headers never change it.
     public static func credentialFingerprint(
         for headers: [String: String],
         markedHeaders: Set<String> = []
     ) -> String? {
-        let marked = Set(markedHeaders.map { $0.lowercased() }).union(credentialHeaderNames)
+        CredentialRule.fingerprint(headers: headers, markedHeaders: markedHeaders)
+    }
+}
+
+/// The one definition of which request headers are credentials and of their canonical form.
+enum CredentialRule {
+    /// Header names that always count as credentials (lowercased).
+    static let standardNames: Set<String> = ["authorization", "cookie", "proxy-authorization"]
+
+    /// The credential headers in `headers`, canonical: names lowercased, values trimmed of
+    /// surrounding whitespace, empty values dropped, sorted by name then value.
+    static func canonicalPairs(headers: [String: String], markedHeaders: Set<String>) -> [(name: String, value: String)] {
+        guard !headers.isEmpty else { return [] }
+        let marked = markedHeaders.isEmpty ? standardNames : standardNames.union(markedHeaders.map { $0.lowercased() })
         var pairs: [(name: String, value: String)] = []
         for (name, value) in headers {
             let lower = name.lowercased()
@@ -95,10 +109,17 @@ public struct ImageCacheKey: Hashable, Sendable {
             guard !trimmed.isEmpty else { continue }
             pairs.append((lower, trimmed))
         }
-        guard !pairs.isEmpty else { return nil }
         // Two spellings of one name ("Cookie" and "cookie") both end up here; sort by value too
         // so the order is still canonical.
         pairs.sort { $0.name != $1.name ? $0.name < $1.name : $0.value < $1.value }
+        return pairs
+    }
+
+    /// The SHA-256 (lowercase hex) of ``canonicalPairs(headers:markedHeaders:)``; `nil` when
+    /// there are none.
+    static func fingerprint(headers: [String: String], markedHeaders: Set<String>) -> String? {
+        let pairs = canonicalPairs(headers: headers, markedHeaders: markedHeaders)
+        guard !pairs.isEmpty else { return nil }
         var digest = SHA256Digest()
         digest.update("lumen-credentials-v1\n")
         for pair in pairs {

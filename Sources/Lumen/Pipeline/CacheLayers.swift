@@ -96,12 +96,10 @@ struct RequestCacheKeys: Sendable {
                              processors: processors)
     }
 
-    /// The request's credential fingerprint: from the credential headers the fetch key already
-    /// picked out (standard ones and the request's marked ones), `nil` without credentials.
+    /// The request's credential fingerprint: the one its fetch key computed (``CredentialRule``),
+    /// `nil` without credentials.
     private static func fingerprint(_ request: ImageRequest) -> String? {
-        let credentials = request.fetchKey.credentials
-        guard !credentials.isEmpty else { return nil }
-        return ImageCacheKey.credentialFingerprint(for: credentials, markedHeaders: request.credentialHeaders)
+        request.fetchKey.credentialFingerprint
     }
 
     private static func describe(_ size: DecodeSize?) -> String {

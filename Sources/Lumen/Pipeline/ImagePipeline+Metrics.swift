@@ -131,6 +131,10 @@ extension ImagePipeline {
 }
 
 /// The pipeline's counters, with waiters that tests use to observe them without sleeping.
+///
+/// Waiters' conditions are caller code: they are evaluated with no lock held (neither this
+/// store's nor the graph's, under which counters are published), on a snapshot, and waiters
+/// are resumed after unlocking. A waiter whose Swift task is cancelled returns.
 final class MetricsStore: Sendable {
     private struct Waiter {
         var condition: @Sendable (ImagePipeline.Metrics) -> Bool
@@ -139,7 +143,12 @@ final class MetricsStore: Sendable {
 
     private struct State {
         var metrics = ImagePipeline.Metrics()
-        var waiters: [Waiter] = []
+        var waiters: [Int: Waiter] = [:]
+        var nextID = 0
+        /// Ids handed out whose waiter is not registered yet.
+        var pending: Set<Int> = []
+        /// Pending ids cancelled before they registered.
+        var cancelled: Set<Int> = []
     }
 
     private let state = Mutex(State())
@@ -147,34 +156,65 @@ final class MetricsStore: Sendable {
     /// A consistent snapshot.
     var snapshot: ImagePipeline.Metrics { state.withLock { $0.metrics } }
 
-    /// Applies `update`, then resumes the waiters it satisfied.
+    /// Applies `update`, then (without the store's lock) resumes the waiters it satisfied.
+    /// Callers holding the graph's lock use ``update(_:)`` instead.
     func withLock(_ update: (inout ImagePipeline.Metrics) -> Void) {
-        let ready: [Waiter] = state.withLock { state in
+        if self.update(update) { checkWaiters() }
+    }
+
+    /// Applies `update`; answers whether waiters must be checked (``checkWaiters()``, to be
+    /// called once no lock is held).
+    func update(_ update: (inout ImagePipeline.Metrics) -> Void) -> Bool {
+        state.withLock { state in
             update(&state.metrics)
-            guard !state.waiters.isEmpty else { return [] }
-            let metrics = state.metrics
-            // Most updates satisfy nobody: look before rebuilding the array.
-            guard state.waiters.contains(where: { $0.condition(metrics) }) else { return [] }
-            var ready: [Waiter] = []
-            state.waiters.removeAll { waiter in
-                guard waiter.condition(metrics) else { return false }
-                ready.append(waiter)
-                return true
-            }
-            return ready
+            return !state.waiters.isEmpty
         }
+    }
+
+    /// Applies `update` from a context that may hold the graph's lock or not: waiters, if any,
+    /// are checked from a new task.
+    func updateCheckingWaitersLater(_ update: (inout ImagePipeline.Metrics) -> Void) {
+        if self.update(update) { Task { self.checkWaiters() } }
+    }
+
+    /// Evaluates the waiters' conditions on a snapshot with no lock held, and resumes those
+    /// satisfied (each once: a waiter is resumed by whoever removes it).
+    func checkWaiters() {
+        let (metrics, waiters) = state.withLock { ($0.metrics, $0.waiters.map { ($0.key, $0.value.condition) }) }
+        guard !waiters.isEmpty else { return }
+        let satisfied = waiters.filter { $0.1(metrics) }.map(\.0)
+        guard !satisfied.isEmpty else { return }
+        let ready: [Waiter] = state.withLock { state in satisfied.compactMap { state.waiters.removeValue(forKey: $0) } }
         for waiter in ready { waiter.continuation.resume() }
     }
 
-    /// Returns once the metrics satisfy `condition` (at once if they already do).
+    /// Returns once the metrics satisfy `condition` (at once if they already do), or once the
+    /// calling task is cancelled.
     func wait(until condition: @escaping @Sendable (ImagePipeline.Metrics) -> Bool) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let ready = state.withLock { state in
-                if condition(state.metrics) { return true }
-                state.waiters.append(Waiter(condition: condition, continuation: continuation))
-                return false
+        let id = state.withLock { state in
+            state.nextID += 1
+            state.pending.insert(state.nextID)
+            return state.nextID
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let registered = state.withLock { state -> Bool in
+                    state.pending.remove(id)
+                    if state.cancelled.remove(id) != nil { return false }
+                    state.waiters[id] = Waiter(condition: condition, continuation: continuation)
+                    return true
+                }
+                // Registered first, then checked: an update after registration checks again,
+                // so no wake-up is lost.
+                if registered { checkWaiters() } else { continuation.resume() }
             }
-            if ready { continuation.resume() }
+        } onCancel: {
+            let waiter = state.withLock { state -> Waiter? in
+                if let waiter = state.waiters.removeValue(forKey: id) { return waiter }
+                if state.pending.contains(id) { state.cancelled.insert(id) }
+                return nil
+            }
+            waiter?.continuation.resume()
         }
     }
 }

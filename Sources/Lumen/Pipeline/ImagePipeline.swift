@@ -174,7 +174,8 @@ public final class ImagePipeline: Sendable {
 extension ImagePipeline {
     /// Returns once the metrics satisfy `condition` (at once if they already do): lets tests
     /// wait for the graph to reach a state — N subscribers joined, no live tasks — without
-    /// sleeping. Never call it from the event handler.
+    /// sleeping. `condition` runs with no pipeline lock held (it may use the pipeline), on
+    /// some thread that updated the metrics. Cancelling the calling task makes it return.
     public func waitForMetrics(until condition: @escaping @Sendable (Metrics) -> Bool) async {
         await graph.metricsStore.wait(until: condition)
     }

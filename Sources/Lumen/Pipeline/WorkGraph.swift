@@ -78,17 +78,27 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
 
     /// Publishes the counters changed in this critical section, in one update of the metrics
     /// store, before the lock is released (so that the metrics never disagree with the graph).
-    /// Must hold the lock.
+    /// Metrics waiters' conditions (caller code) are checked after unlocking. Must hold the
+    /// lock.
     private func publishCounts() {
         guard pendingCounts.isChanged else { return }
         let counts = pendingCounts
         pendingCounts = PendingCounts()
-        metricsStore.withLock { counts.apply(to: &$0) }
+        if metricsStore.update({ counts.apply(to: &$0) }) {
+            let store = metricsStore
+            deferred.append { store.checkWaiters() }
+        }
     }
 
     /// Queues `effect` to run after the lock is released. Must hold the lock.
     func afterUnlock(_ effect: @escaping () -> Void) {
         deferred.append(effect)
+    }
+
+    /// Cancels `tasks` once the lock is released: ``WorkQueue``'s `cancelLater` for work
+    /// enqueued under the lock (cancelling runs user cancellation handlers). Must hold the lock.
+    func cancelAfterUnlock(_ tasks: [Task<Void, Never>]) {
+        afterUnlock { for task in tasks { task.cancel() } }
     }
 
     /// Reports `event` to the configured handler, after unlocking. Must hold the lock.

@@ -71,6 +71,8 @@ public final class WorkQueue: Sendable {
         var pending = 0
         var running = 0
         var sequence = 0
+        /// Entries from the heads on, valid or stale.
+        var entries = 0
 
         init(maxConcurrentCount: Int) {
             self.maxConcurrentCount = maxConcurrentCount
@@ -83,6 +85,20 @@ public final class WorkQueue: Sendable {
             item.sequence = sequence
             levels[item.priority.rawValue].append((item, sequence))
             pending += 1
+            entries += 1
+        }
+
+        /// Drops every stale entry once they outnumber the pending items (re-prioritised or
+        /// cancelled items leave one each, which head compaction alone may never reach).
+        mutating func compactIfMostlyStale() {
+            guard entries - pending > max(pending, 16) else { return }
+            for level in levels.indices {
+                levels[level] = levels[level][heads[level]...].filter {
+                    $0.item.state == .pending && $0.item.sequence == $0.sequence
+                }
+                heads[level] = 0
+            }
+            entries = pending
         }
 
         /// The next valid pending item, highest level first.
@@ -92,6 +108,7 @@ public final class WorkQueue: Sendable {
                 while heads[level] < levels[level].count {
                     let entry = levels[level][heads[level]]
                     heads[level] += 1
+                    entries -= 1
                     if entry.item.state == .pending && entry.item.sequence == entry.sequence {
                         compact(level)
                         return entry.item
@@ -145,7 +162,7 @@ public final class WorkQueue: Sendable {
         set {
             precondition(newValue >= 1, "WorkQueue: maxConcurrentCount must be at least 1")
             state.withLock { $0.maxConcurrentCount = newValue }
-            drain()
+            drainCancelling()
         }
     }
 
@@ -154,7 +171,7 @@ public final class WorkQueue: Sendable {
         get { state.withLock { $0.isSuspended } }
         set {
             state.withLock { $0.isSuspended = newValue }
-            if !newValue { drain() }
+            if !newValue { drainCancelling() }
         }
     }
 
@@ -162,6 +179,9 @@ public final class WorkQueue: Sendable {
     public var pendingCount: Int { state.withLock { $0.pending } }
     /// Items running now.
     public var runningCount: Int { state.withLock { $0.running } }
+
+    /// Stored pending entries, stale ones included (tests check they stay bounded).
+    var storedEntryCount: Int { state.withLock { $0.entries } }
 
     /// The priorities of the pending items in the order they would start.
     public var pendingPriorities: [ImageRequest.Priority] {
@@ -179,19 +199,32 @@ public final class WorkQueue: Sendable {
     // MARK: - Items
 
     /// Adds async work; it runs in a detached task that is cancelled if the item is.
-    func enqueue(priority: ImageRequest.Priority, _ work: @escaping @Sendable () async -> Void) -> Item {
-        enqueue(Item(priority: priority, job: .async(work)))
+    ///
+    /// - Parameter cancelLater: receives the tasks (started by this call) whose cancellation
+    ///   was asked for while they were being started; the caller cancels them once it holds
+    ///   no lock (cancelling runs the work's cancellation handlers). `nil`: cancelled here.
+    func enqueue(
+        priority: ImageRequest.Priority, cancelLater: (([Task<Void, Never>]) -> Void)? = nil,
+        _ work: @escaping @Sendable () async -> Void
+    ) -> Item {
+        enqueue(Item(priority: priority, job: .async(work)), cancelLater: cancelLater)
     }
 
     /// Adds synchronous work; it runs on a worker thread (or a detached task for a
-    /// ``Execution-swift.enum/tasks`` queue).
-    func enqueue(priority: ImageRequest.Priority, _ work: @escaping @Sendable () -> Void) -> Item {
-        enqueue(Item(priority: priority, job: .sync(work)))
+    /// ``Execution-swift.enum/tasks`` queue). `cancelLater`: as for the async variant.
+    func enqueue(
+        priority: ImageRequest.Priority, cancelLater: (([Task<Void, Never>]) -> Void)? = nil,
+        _ work: @escaping @Sendable () -> Void
+    ) -> Item {
+        enqueue(Item(priority: priority, job: .sync(work)), cancelLater: cancelLater)
     }
 
-    private func enqueue(_ item: Item) -> Item {
+    private func enqueue(_ item: Item, cancelLater: (([Task<Void, Never>]) -> Void)?) -> Item {
         state.withLock { $0.insert(item) }
-        drain()
+        let cancellations = drain()
+        if !cancellations.isEmpty {
+            if let cancelLater { cancelLater(cancellations) } else { cancellations.forEach { $0.cancel() } }
+        }
         return item
     }
 
@@ -204,6 +237,7 @@ public final class WorkQueue: Sendable {
             if item.state == .pending {
                 state.pending -= 1
                 state.insert(item)
+                state.compactIfMostlyStale()
             }
         }
     }
@@ -216,6 +250,7 @@ public final class WorkQueue: Sendable {
                 item.state = .cancelled
                 item.job = nil
                 state.pending -= 1
+                state.compactIfMostlyStale()
                 return nil
             case .running:
                 guard let runner = item.runner else {
@@ -232,22 +267,31 @@ public final class WorkQueue: Sendable {
         task?.cancel()
     }
 
-    /// Starts pending items while there is room.
-    private func drain() {
+    /// Starts pending items while there is room; answers the started tasks whose cancellation
+    /// was asked for meanwhile (the caller cancels them, outside any lock it holds).
+    @discardableResult
+    private func drain() -> [Task<Void, Never>] {
+        var cancellations: [Task<Void, Never>] = []
         while true {
             let next: (Item, Job, Int)? = state.withLock { state in
                 guard let (item, job) = state.admitNext() else { return nil }
                 return (item, job, state.maxConcurrentCount)
             }
-            guard let (item, job, limit) = next else { return }
-            start(item, job, threadLimit: limit)
+            guard let (item, job, limit) = next else { return cancellations }
+            if let task = start(item, job, threadLimit: limit) { cancellations.append(task) }
         }
     }
 
-    private func start(_ item: Item, _ job: Job, threadLimit: Int) {
+    /// Cancels at once what ``drain()`` started and must be cancelled (callers holding no lock).
+    private func drainCancelling() {
+        for task in drain() { task.cancel() }
+    }
+
+    /// Starts `item`; answers its task when it must be cancelled (see ``drain()``).
+    private func start(_ item: Item, _ job: Job, threadLimit: Int) -> Task<Void, Never>? {
         if case .sync(let work) = job, let workers {
             workers.submit(threadLimit: threadLimit) { [self] in runOnWorker(item, work) }
-            return
+            return nil
         }
         let runner = Runner()
         state.withLock { _ in
@@ -257,7 +301,7 @@ public final class WorkQueue: Sendable {
         let task = Task.detached(priority: item.priority.taskPriority) { [self] in
             await runInTask(item, job, runner)
         }
-        attach(task, to: runner)
+        return attach(task, to: runner) ? task : nil
     }
 
     /// Runs `job` in `runner`'s task, then, while the runner may go on, the next pending items
@@ -283,12 +327,12 @@ public final class WorkQueue: Sendable {
                 return (nextItem, nextJob)
             }
             guard let (nextItem, nextJob) = next else {
-                drain() // what this task did not take (it may be stopping) starts elsewhere
+                drainCancelling() // what this task did not take (it may be stopping) starts elsewhere
                 return
             }
             if case .sync = nextJob, hasWorkers {
-                start(nextItem, nextJob, threadLimit: maxConcurrentCount)
-                drain()
+                start(nextItem, nextJob, threadLimit: maxConcurrentCount)?.cancel()
+                drainCancelling()
                 return
             }
             item = nextItem
@@ -311,8 +355,8 @@ public final class WorkQueue: Sendable {
             }
             guard let (nextItem, job) = next else { return }
             guard case .sync(let nextWork) = job else {
-                start(nextItem, job, threadLimit: 1)
-                drain()
+                start(nextItem, job, threadLimit: 1)?.cancel()
+                drainCancelling()
                 return
             }
             item = nextItem
@@ -320,12 +364,14 @@ public final class WorkQueue: Sendable {
         }
     }
 
-    private func attach(_ task: Task<Void, Never>, to runner: Runner) {
-        let cancel: Bool = state.withLock { _ in
+    /// Records `runner`'s task; answers whether it must be cancelled (asked for before it
+    /// had its task). The caller cancels it outside every lock: cancelling runs the work's
+    /// cancellation handlers, which may take the caller's locks.
+    private func attach(_ task: Task<Void, Never>, to runner: Runner) -> Bool {
+        state.withLock { _ in
             runner.task = task
             return runner.isCancellationRequested
         }
-        if cancel { task.cancel() }
     }
 }
 

@@ -193,8 +193,7 @@ public final class ImagePrefetcher: Sendable {
     /// The identity of a prefetch: what its result is cached under. Decoded images differ by
     /// decode size and processors; bytes only by image and credentials.
     private func key(for request: ImageRequest) -> ImageCacheKey {
-        let fingerprint = ImageCacheKey.credentialFingerprint(
-            for: request.urlRequest?.allHTTPHeaderFields ?? [:], markedHeaders: request.credentialHeaders)
+        let fingerprint = request.fetchKey.credentialFingerprint
         switch destination {
         case .memoryCache:
             return ImageCacheKey(imageID: request.imageID ?? "", credentialFingerprint: fingerprint,

@@ -34,7 +34,7 @@ final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded b
         let context = ImageDecodingContext(request: request, urlResponse: fetched.urlResponse, options: options)
         let decoder = configuration.decoder
         let queue = configuration.decodingQueue
-        let item = queue.enqueue(priority: priority) { [self] in
+        let item = queue.enqueue(priority: priority, cancelLater: graph.cancelAfterUnlock) { [self] in
             graph.metricsStore.withLock { $0.decodes += 1 }
             do {
                 let container = try decoder.decode(fetched.data, context: context)
@@ -87,7 +87,7 @@ final class ProcessTask: ImageStageTask, @unchecked Sendable { // state guarded 
     private func process(_ input: ImageResult) {
         let processor = request.processors[processorCount - 1]
         let queue = graph.configuration.processingQueue
-        let item = queue.enqueue(priority: priority) { [self] in
+        let item = queue.enqueue(priority: priority, cancelLater: graph.cancelAfterUnlock) { [self] in
             graph.metricsStore.withLock { $0.processorApplications += 1 }
             do {
                 var output = input

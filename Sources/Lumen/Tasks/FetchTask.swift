@@ -30,15 +30,21 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
     init(graph: WorkGraph, request: ImageRequest, key: FetchKey, diskKey: String?) {
         self.request = request
         self.key = key
-        self.diskKey = !graph.caches.hasDataCache || !Self.isCacheable(request) ? nil : diskKey
+        self.diskKey = !graph.caches.hasDataCache || !Self.isCacheable(request) || request.isInMemory ? nil : diskKey
         super.init(graph: graph, stage: .fetch)
     }
 
     override var keyDescription: String { key.description }
 
     override func start() {
+        if request.isInMemory {
+            // Bytes already in memory: no download slot (a re-decode never waits behind slow
+            // downloads). Cancellation needs no operation: `finish` ignores a disposed task.
+            Task { [self] in await run() }
+            return
+        }
         let queue = graph.configuration.dataLoadingQueue
-        let item = queue.enqueue(priority: priority) { [self] in await run() }
+        let item = queue.enqueue(priority: priority, cancelLater: graph.cancelAfterUnlock) { [self] in await run() }
         operation = (queue, item)
     }
 
@@ -138,7 +144,7 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
             do {
                 let data = try await load()
                 try Task.checkCancellation()
-                graph.metricsStore.withLock { $0.bytesDownloaded += data.count }
+                if !request.isInMemory { graph.metricsStore.withLock { $0.bytesDownloaded += data.count } }
                 if data.isEmpty { return .failure(.dataIsEmpty) }
                 if data.count > limit { return .failure(.dataTooLarge(limit: limit, byteCount: data.count)) }
                 return .success(FetchedData(data: data, urlResponse: nil))

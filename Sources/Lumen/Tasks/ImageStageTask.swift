@@ -27,7 +27,9 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
     }
 
     /// Records that a request wants this stage's image as its final image, under its own keys
-    /// (requests sharing a stage may differ in `imageID`). Must hold the graph's lock.
+    /// (requests sharing a stage may differ in `imageID`). Pass `nil` for a layer the request
+    /// may not write (its own cache options): subscribers' permissions are applied one by one.
+    /// Must hold the graph's lock.
     final func markRequested(memoryKey: ImageCacheKey?, diskKey: String?) {
         if let memoryKey, !requestedMemoryKeys.contains(memoryKey) { requestedMemoryKeys.append(memoryKey) }
         if let diskKey, !requestedDiskKeys.contains(diskKey) { requestedDiskKeys.append(diskKey) }
@@ -40,7 +42,7 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
         }
         // Disk I/O never runs under the graph's lock: read on the data-loading queue.
         let queue = graph.configuration.dataLoadingQueue
-        let item = queue.enqueue(priority: priority) { [self] in
+        let item = queue.enqueue(priority: priority, cancelLater: graph.cancelAfterUnlock) { [self] in
             let caches = graph.caches
             if let entry = caches.cachedData(for: key), caches.isFresh(entry.metadata) {
                 graph.sync {
@@ -69,7 +71,7 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
         let options = DecodeOptions(size: nil, maximumPixelCount: configuration.maximumDecodedPixelCount)
         let context = ImageDecodingContext(request: request, urlResponse: nil, options: options)
         let queue = configuration.decodingQueue
-        let item = queue.enqueue(priority: priority) { [self] in
+        let item = queue.enqueue(priority: priority, cancelLater: graph.cancelAfterUnlock) { [self] in
             graph.metricsStore.withLock { $0.decodes += 1 }
             do {
                 let container = try configuration.decoder.decode(data, context: context)
@@ -94,12 +96,9 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
         // response arrives finds the image in memory.
         let wantsKeys = caches.hasImageCache || (caches.hasDataCache && caches.storesEncodedImages)
         let (memoryKeys, diskKeys) = wantsKeys ? graph.sync { (requestedMemoryKeys, requestedDiskKeys) } : ([], [])
-        let options = request.options
-        if !options.contains(.disableMemoryCacheWrites) {
-            for key in memoryKeys { caches.storeImage(result.container, for: key) }
-        }
-        if !isEncodedOnDisk, !diskKeys.isEmpty, caches.hasDataCache, caches.storesEncodedImages,
-           CacheLayers.writesDisk(options), !result.container.isPreview {
+        // Only subscribers allowed to write a layer marked a key for it.
+        for key in memoryKeys { caches.storeImage(result.container, for: key) }
+        if !isEncodedOnDisk, !diskKeys.isEmpty, caches.hasDataCache, caches.storesEncodedImages, !result.container.isPreview {
             encode(result.container.image, for: diskKeys)
         }
         graph.sync {

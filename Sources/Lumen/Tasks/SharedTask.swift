@@ -63,11 +63,15 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     init(graph: WorkGraph, stage: ImagePipeline.Stage) {
         self.graph = graph
         self.stage = stage
-        graph.metricsStore.withLock { $0.liveTasks += 1 }
+        // Created under the graph's lock: waiters' conditions are checked after unlocking.
+        let store = graph.metricsStore
+        if store.update({ $0.liveTasks += 1 }) { graph.afterUnlock { store.checkWaiters() } }
     }
 
     deinit {
-        graph.metricsStore.withLock { $0.liveTasks -= 1 }
+        // A task may be released under the graph's lock or not: waiters are checked from a
+        // new task, never here.
+        graph.metricsStore.updateCheckingWaitersLater { $0.liveTasks -= 1 }
     }
 
     /// A description of the stage key for events and logs.

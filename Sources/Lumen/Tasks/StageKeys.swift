@@ -7,9 +7,10 @@ import FoundationNetworking
 ///
 /// The image identity (the URL, or the id of a data closure), the HTTP method and body, the
 /// `URLRequest` cache policy and the credentials: `Authorization`, `Cookie`,
-/// `Proxy-Authorization` and the request's ``ImageRequest/credentialHeaders``. Requests with
-/// different credentials never share a download, so one user's image is never handed to
-/// another. Timeouts and other headers don't change the bytes and are not part of the key.
+/// `Proxy-Authorization` and the request's ``ImageRequest/credentialHeaders``, in the canonical
+/// form of ``CredentialRule`` (the same fingerprint the cache keys use: values trimmed, empty
+/// ones ignored). Requests with different credentials never share a download, so one user's
+/// image is never handed to another. Timeouts and other headers don't change the bytes and are not part of the key.
 /// The options that change how the fetch uses the disk cache (reload, cache-only, disk reads
 /// and writes off) are part of it too, so a reload never joins a fetch served from disk.
 struct FetchKey: Hashable, Sendable, CustomStringConvertible {
@@ -18,8 +19,6 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
         .reloadIgnoringCachedData, .returnCacheDataDontLoad, .disableDiskCacheReads, .disableDiskCacheWrites,
     ]
 
-    static let standardCredentialHeaders: Set<String> = ["authorization", "cookie", "proxy-authorization"]
-
     let identity: String
     /// `identity.hashValue`, computed once (the memory key reuses it).
     let identityHash: Int
@@ -27,8 +26,9 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
     let method: String
     let body: Data?
     let cachePolicy: UInt
-    /// Credential header values by lower-cased name; only headers that are present.
-    let credentials: [String: String]
+    /// ``CredentialRule/fingerprint(headers:markedHeaders:)`` of the request's headers, `nil`
+    /// without credentials. The memory and disk keys reuse it.
+    let credentialFingerprint: String?
     /// The request's ``fetchOptions``.
     var cacheOptions: UInt16 = 0
     /// The hash of every other field, computed once when the request is made: pool lookups
@@ -43,7 +43,7 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
     static func == (lhs: FetchKey, rhs: FetchKey) -> Bool {
         lhs.fieldsHash == rhs.fieldsHash && lhs.cacheOptions == rhs.cacheOptions && lhs.isClosure == rhs.isClosure
             && lhs.cachePolicy == rhs.cachePolicy && lhs.identity == rhs.identity && lhs.method == rhs.method
-            && lhs.body == rhs.body && lhs.credentials == rhs.credentials
+            && lhs.body == rhs.body && lhs.credentialFingerprint == rhs.credentialFingerprint
     }
 
     func hash(into hasher: inout Hasher) {
@@ -55,50 +55,43 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
     /// credentials.
     init(plainURL url: URL) {
         self.init(identity: url.absoluteString, isClosure: false, method: "GET", body: nil,
-                  cachePolicy: URLRequest.CachePolicy.useProtocolCachePolicy.rawValue, credentials: [:],
+                  cachePolicy: URLRequest.CachePolicy.useProtocolCachePolicy.rawValue, credentialFingerprint: nil,
                   otherFieldsHash: Self.plainURLFieldsHash)
     }
 
     /// ``otherFieldsHash(isClosure:method:body:cachePolicy:credentials:)`` of every plain URL
     /// request, computed once per process.
     private static let plainURLFieldsHash = otherFieldsHash(
-        isClosure: false, method: "GET", body: nil, cachePolicy: URLRequest.CachePolicy.useProtocolCachePolicy.rawValue, credentials: [:])
+        isClosure: false, method: "GET", body: nil, cachePolicy: URLRequest.CachePolicy.useProtocolCachePolicy.rawValue, credentialFingerprint: nil)
 
     /// The hash of every field but the identity.
-    private static func otherFieldsHash(isClosure: Bool, method: String, body: Data?, cachePolicy: UInt, credentials: [String: String]) -> Int {
+    private static func otherFieldsHash(isClosure: Bool, method: String, body: Data?, cachePolicy: UInt, credentialFingerprint: String?) -> Int {
         var hasher = Hasher()
         hasher.combine(isClosure)
         hasher.combine(method)
         hasher.combine(body)
         hasher.combine(cachePolicy)
-        hasher.combine(credentials)
+        hasher.combine(credentialFingerprint)
         return hasher.finalize()
     }
 
     init(resource: ImageRequest.Resource, credentialHeaders: Set<String>) {
         switch resource {
         case .closure(let id, _):
-            self.init(identity: id, isClosure: true, method: "", body: nil, cachePolicy: 0, credentials: [:])
+            self.init(identity: id, isClosure: true, method: "", body: nil, cachePolicy: 0, credentialFingerprint: nil)
         case .url(let url):
             self.init(plainURL: url)
         case .urlRequest(let urlRequest):
-            var credentials: [String: String] = [:]
-            if let headers = urlRequest.allHTTPHeaderFields, !headers.isEmpty {
-                let marked = credentialHeaders.isEmpty
-                    ? Self.standardCredentialHeaders
-                    : Self.standardCredentialHeaders.union(credentialHeaders.map { $0.lowercased() })
-                for (name, value) in headers {
-                    let lowered = name.lowercased()
-                    if marked.contains(lowered) { credentials[lowered] = value }
-                }
+            let fingerprint = urlRequest.allHTTPHeaderFields.flatMap {
+                CredentialRule.fingerprint(headers: $0, markedHeaders: credentialHeaders)
             }
             self.init(identity: urlRequest.url?.absoluteString ?? "", isClosure: false, method: urlRequest.httpMethod ?? "GET",
-                      body: urlRequest.httpBody, cachePolicy: urlRequest.cachePolicy.rawValue, credentials: credentials)
+                      body: urlRequest.httpBody, cachePolicy: urlRequest.cachePolicy.rawValue, credentialFingerprint: fingerprint)
         }
     }
 
     private init(
-        identity: String, isClosure: Bool, method: String, body: Data?, cachePolicy: UInt, credentials: [String: String],
+        identity: String, isClosure: Bool, method: String, body: Data?, cachePolicy: UInt, credentialFingerprint: String?,
         otherFieldsHash: Int? = nil
     ) {
         self.identity = identity
@@ -107,9 +100,9 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
         self.method = method
         self.body = body
         self.cachePolicy = cachePolicy
-        self.credentials = credentials
+        self.credentialFingerprint = credentialFingerprint
         let others = otherFieldsHash
-            ?? Self.otherFieldsHash(isClosure: isClosure, method: method, body: body, cachePolicy: cachePolicy, credentials: credentials)
+            ?? Self.otherFieldsHash(isClosure: isClosure, method: method, body: body, cachePolicy: cachePolicy, credentialFingerprint: credentialFingerprint)
         var hasher = Hasher()
         hasher.combine(identityHash)
         hasher.combine(others)
@@ -119,31 +112,31 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
     var description: String {
         var text = isClosure ? "data(id: \(identity))" : "\(method) \(identity)"
         if cachePolicy != 0 { text += " cachePolicy=\(cachePolicy)" }
-        if !credentials.isEmpty { text += " credentials=[\(credentials.keys.sorted().joined(separator: ","))]" }
+        if let credentialFingerprint { text += " credentials=\(credentialFingerprint.prefix(8))" }
         if cacheOptions != 0 { text += " options=\(cacheOptions)" }
         return text
     }
 }
 
-/// The key of the decode stage: the data key, the decode size and the request options (the
-/// decode is the "load image" stage of a request without processors, and options decide how
-/// that stage uses the caches).
+/// The key of the decode stage: the data key (the fetch key) and the decode size (DESIGN §1).
+///
+/// Options that only decide whether the result is written to the memory cache are not part of
+/// it: requests differing only there share the decode, and each subscriber's write permissions
+/// are applied when the result is stored (see ``ImageStageTask/markRequested(memoryKey:diskKey:)``).
 struct DecodeKey: Hashable, Sendable, CustomStringConvertible {
     var fetch: FetchKey
     var size: DecodeSize?
-    var options: UInt16
 
     init(_ request: ImageRequest) {
         fetch = FetchKey(request)
         size = request.thumbnail
-        options = request.options.rawValue
     }
 
     var description: String { "\(fetch) size=\(size.map { "\($0)" } ?? "original")" }
 }
 
-/// The key of a processing stage ("load image"): the decode key (which carries the request
-/// options) and a prefix of the processors (by their hashable identities). Every prefix is its
+/// The key of a processing stage ("load image"): the decode key (fetch key + decode size) and a
+/// prefix of the processors (by their hashable identities). Every prefix is its
 /// own key, so `[a]` and `[a, b]` share the task applying `a`.
 ///
 /// Processors' identities are user code: they are read, and the key's hash computed, when the

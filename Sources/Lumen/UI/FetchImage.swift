@@ -288,8 +288,7 @@ public final class FetchImage {
     /// URL request at that size would use.
     private func decodeRequest(for target: DecodeTarget) -> ImageRequest? {
         guard let original = request, let data = fetched?.data else { return nil }
-        let fingerprint = ImageCacheKey.credentialFingerprint(
-            for: original.urlRequest?.allHTTPHeaderFields ?? [:], markedHeaders: original.credentialHeaders)
+        let fingerprint = original.fetchKey.credentialFingerprint
         let imageID = original.imageID ?? ""
         var options = original.options.union([.disableDiskCacheReads, .disableDiskCacheWrites])
         options.remove(.returnCacheDataDontLoad)
@@ -299,6 +298,7 @@ public final class FetchImage {
             processors: original.processors, priority: priority, options: options,
             thumbnail: target.size, userInfo: original.userInfo)
         if fingerprint == nil { request.imageID = original.imageID }
+        request.isInMemory = true // no download slot: a size change never waits behind downloads
         return request
     }
 
