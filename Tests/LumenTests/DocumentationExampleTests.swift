@@ -1,0 +1,621 @@
+import Foundation
+import Observation
+import Testing
+import Lumen
+import LumenTestSupport
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+// The code samples of the DocC articles in `Sources/Lumen/Lumen.docc`, run as tests. Each test
+// holds one article sample verbatim (comments that state a result become `#expect`s), plus the
+// setup the article leaves implicit. When a sample changes in an article, change it here too.
+
+/// Inputs the articles take for granted: image bytes and a scratch directory.
+private enum DocFixtures {
+    /// A photo-like RGB image: smooth gradients with some texture, so that JPEG behaves as it
+    /// does on photos.
+    static func photo(width: Int, height: Int) -> Bitmap {
+        Bitmap(width: width, height: height, format: .rgb8) { buffer in
+            for y in 0..<height {
+                for x in 0..<width {
+                    let i = (y * width + x) * 3
+                    buffer[i] = UInt8(truncatingIfNeeded: x * 255 / max(1, width - 1))
+                    buffer[i + 1] = UInt8(truncatingIfNeeded: y * 255 / max(1, height - 1))
+                    buffer[i + 2] = UInt8(truncatingIfNeeded: (x ^ y) & 0x3F)
+                }
+            }
+        }
+    }
+
+    /// `photo(width:height:)` encoded as a JPEG.
+    static func jpeg(width: Int, height: Int) throws -> Data {
+        try photo(width: width, height: height).encode(as: .jpeg(quality: 85))
+    }
+
+    /// The shared test corpus, `../shared/corpus` from the package root.
+    static let corpus = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("shared/corpus", isDirectory: true)
+
+    /// A fresh empty directory under the temporary directory.
+    static func temporaryDirectory() throws -> URL {
+        let url = FileManager.default.temporaryDirectory
+            .appendingPathComponent("lumen-doc-examples-\(UUID().uuidString)", isDirectory: true)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+}
+
+// MARK: - Lumen.md
+
+@Suite(.timeLimit(.minutes(1)))
+struct DocumentationExampleTests {
+    /// The landing page's taste of the API, against a loopback server instead of the internet.
+    @Test func landingPageLoadsAThumbnailOverHTTP() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.serve(path: "/photo.jpg", data: try DocFixtures.jpeg(width: 800, height: 600), contentType: "image/jpeg")
+        let url = server.url(for: "/photo.jpg")
+
+        // Sample:
+        let pipeline = ImagePipeline(configuration: .init())
+        let request = ImageRequest(url: url, thumbnail: .maxPixelSize(320))
+        let response = try await pipeline.image(for: request)
+
+        #expect(max(response.image.width, response.image.height) == 320)
+        #expect(response.image.width * 600 / 800 == response.image.height)
+        #expect(server.requestCount(for: "/photo.jpg") == 1)
+    }
+}
+
+// MARK: - CoalescingAndCancellation.md
+
+extension DocumentationExampleTests {
+    @Suite(.timeLimit(.minutes(1)))
+    struct CoalescingAndCancellation {
+        /// A pipeline on a mock loader and the trivial decoder, as the article's samples assume.
+        private static func setUp() -> (MockDataLoader, ImagePipeline.Configuration, ImagePipeline, URL) {
+            let loader = MockDataLoader()
+            var configuration = ImagePipeline.Configuration(dataLoader: loader)
+            configuration.decoder = TrivialImageDecoder()
+            let pipeline = ImagePipeline(configuration: configuration)
+            return (loader, configuration, pipeline, URL(string: "https://example.com/avatar.jpg")!)
+        }
+
+        @Test func equivalentRequestsShareOneDownloadAndOneDecode() async throws {
+            let loader = MockDataLoader()
+            var configuration = ImagePipeline.Configuration(dataLoader: loader)
+            configuration.decoder = TrivialImageDecoder()
+            let pipeline = ImagePipeline(configuration: configuration)
+            let url = URL(string: "https://example.com/avatar.jpg")!
+
+            loader.isSuspended = true // hold the download while the callers arrive
+            let tasks = (0..<8).map { _ in pipeline.imageTask(with: ImageRequest(url: url)) }
+            loader.resume()
+            for task in tasks { _ = try await task.response }
+
+            let metrics = pipeline.metrics
+            #expect(loader.loadCount == 1)
+            #expect(metrics.decode.started == 1 && metrics.decode.joined == 7)
+        }
+
+        @Test func laterStagesDifferEarlierStagesAreShared() async throws {
+            let (loader, _, pipeline, url) = Self.setUp()
+
+            loader.isSuspended = true
+            let small = pipeline.imageTask(with: ImageRequest(url: url, thumbnail: .maxPixelSize(160)))
+            let large = pipeline.imageTask(with: ImageRequest(url: url, thumbnail: .maxPixelSize(640)))
+            let gray = pipeline.imageTask(with: ImageRequest(url: url, processors: [ImageProcessors.Grayscale()]))
+            let grayBlurred = pipeline.imageTask(with: ImageRequest(
+                url: url, processors: [ImageProcessors.Grayscale(), ImageProcessors.GaussianBlur(radius: 2)]))
+            loader.resume()
+            for task in [small, large, gray, grayBlurred] { _ = try await task.response }
+            #expect(loader.loadCount == 1)
+            #expect(pipeline.metrics.decodes == 3)
+            #expect(pipeline.metrics.processorApplications == 2)
+        }
+
+        @Test func credentialsSeparateDownloadsTimeoutsDoNot() async throws {
+            let (loader, _, pipeline, url) = Self.setUp()
+
+            var alice = URLRequest(url: url)
+            alice.setValue("Bearer alice", forHTTPHeaderField: "Authorization")
+            var bob = URLRequest(url: url)
+            bob.setValue("Bearer bob", forHTTPHeaderField: "Authorization")
+            var aliceAgain = alice
+            aliceAgain.timeoutInterval = 5 // not part of the key
+
+            loader.isSuspended = true
+            let tasks = [alice, bob, aliceAgain].map { pipeline.imageTask(with: ImageRequest(urlRequest: $0)) }
+            loader.resume()
+            for task in tasks { _ = try await task.response }
+            #expect(loader.loadCount == 2)
+        }
+
+        @Test func markedCredentialHeadersSeparateDownloads() async throws {
+            let (loader, _, pipeline, url) = Self.setUp()
+            loader.isSuspended = true
+
+            func request(apiKey: String) -> ImageRequest {
+                var urlRequest = URLRequest(url: url)
+                urlRequest.setValue(apiKey, forHTTPHeaderField: "X-Api-Key")
+                var request = ImageRequest(urlRequest: urlRequest)
+                request.credentialHeaders = ["X-Api-Key"] // compared case-insensitively
+                return request
+            }
+            let first = pipeline.imageTask(with: request(apiKey: "key-1"))
+            let second = pipeline.imageTask(with: request(apiKey: "key-2"))
+
+            loader.resume()
+            _ = try await first.response
+            _ = try await second.response
+            #expect(loader.loadCount == 2)
+
+            // Control: the same header, not marked as a credential, does not separate requests.
+            loader.isSuspended = true
+            let unmarked = ["key-3", "key-4"].map { key in
+                var urlRequest = URLRequest(url: URL(string: "https://example.com/other.jpg")!)
+                urlRequest.setValue(key, forHTTPHeaderField: "X-Api-Key")
+                return pipeline.imageTask(with: ImageRequest(urlRequest: urlRequest))
+            }
+            loader.resume()
+            for task in unmarked { _ = try await task.response }
+            #expect(loader.loadCount == 3)
+        }
+
+        @Test func cancellingOneSubscriberKeepsTheSharedDownload() async throws {
+            let (loader, _, pipeline, url) = Self.setUp()
+
+            loader.isSuspended = true
+            let first = pipeline.imageTask(with: ImageRequest(url: url))
+            let second = pipeline.imageTask(with: ImageRequest(url: url))
+            await loader.waitForLoads(1)
+
+            first.cancel() // removes first's subscription only
+            loader.resume()
+            let response = try await second.response // the download went on
+            #expect(first.state == .cancelled)
+            #expect(loader.cancelledCount == 0)
+            #expect(response.image.pixelCount > 0)
+        }
+
+        @Test func theLastSubscriberLeavingCancelsTheChain() async throws {
+            let (loader, _, pipeline, url) = Self.setUp()
+
+            loader.isSuspended = true
+            let only = pipeline.imageTask(with: ImageRequest(url: url, processors: [ImageProcessors.Grayscale()]))
+            await loader.waitForLoads(1)
+
+            only.cancel() // the last subscriber: processing, decode and fetch are cancelled
+            await loader.waitForCancellations(1) // the loader's Swift task was cancelled
+            #expect(pipeline.metrics.fetch.cancelled == 1)
+            #expect(pipeline.metrics.decode.cancelled == 1)
+            #expect(pipeline.metrics.process.cancelled == 1)
+        }
+
+        @Test func cancellingTheAwaitingSwiftTaskCancelsTheRequest() async throws {
+            let (loader, _, pipeline, url) = Self.setUp()
+            loader.isSuspended = true
+            var caught = false
+
+            let load = Task { try await pipeline.image(for: url) }
+            await loader.waitForLoads(1)
+            load.cancel()
+            do {
+                _ = try await load.value
+            } catch ImagePipeline.Error.cancelled {
+                // Cancelled work always ends with the `.cancelled` code, never as a loading failure.
+                caught = true
+            }
+            #expect(caught)
+            await loader.waitForCancellations(1)
+        }
+
+        @Test func invalidatingFailsLaterRequests() async throws {
+            let (_, _, pipeline, url) = Self.setUp()
+            pipeline.invalidate()
+            await #expect(throws: ImagePipeline.Error.self) { try await pipeline.image(for: url) }
+            do {
+                _ = try await pipeline.image(for: url)
+            } catch let error as ImagePipeline.Error {
+                #expect(error.code == .pipelineInvalidated)
+            }
+        }
+
+        @Test func priorityIsTheMaximumOverTheGroup() async throws {
+            let url = URL(string: "https://example.com/avatar.jpg")!
+
+            let downloads = WorkQueue(name: "downloads", maxConcurrentCount: 6, execution: .tasks)
+            downloads.isSuspended = true // keep items pending so that their priorities can be read
+            var configuration = ImagePipeline.Configuration(dataLoader: MockDataLoader())
+            configuration.decoder = TrivialImageDecoder()
+            configuration.dataLoadingQueue = downloads
+            let pipeline = ImagePipeline(configuration: configuration)
+
+            let prefetch = pipeline.imageTask(with: ImageRequest(url: url, priority: .low))
+            #expect(downloads.pendingPriorities == [.low])
+            let visible = pipeline.imageTask(with: ImageRequest(url: url, priority: .high))
+            #expect(downloads.pendingPriorities == [.high])
+            visible.cancel()
+            #expect(downloads.pendingPriorities == [.low])
+            prefetch.priority = .veryHigh
+            #expect(downloads.pendingPriorities == [.veryHigh])
+            downloads.isSuspended = false
+            _ = try await prefetch.response
+        }
+
+        @Test func failuresReachEverySubscriberAndAreNotRemembered() async throws {
+            let (loader, _, pipeline, url) = Self.setUp()
+            var failures: [ImagePipeline.Error] = []
+
+            loader.fail(url, statusCode: 503)
+            loader.isSuspended = true
+            let a = pipeline.imageTask(with: ImageRequest(url: url))
+            let b = pipeline.imageTask(with: ImageRequest(url: url))
+            loader.resume()
+            for task in [a, b] {
+                do {
+                    _ = try await task.response
+                } catch let error as ImagePipeline.Error {
+                    failures.append(error)
+                }
+            }
+            #expect(failures.count == 2)
+            #expect(failures.allSatisfy { $0.code == .dataLoadingFailed && $0.statusCode == 503 })
+            #expect(loader.loadCount == 1)
+
+            loader.removeFailure(for: url)
+            _ = try await pipeline.image(for: url) // a fresh download: loader.loadCount == 2
+            #expect(loader.loadCount == 2)
+        }
+
+        @Test func retryPolicyRetriesFailedDownloads() async throws {
+            let (loader, base, _, url) = Self.setUp()
+            var configuration = base
+            loader.fail(url, statusCode: 503)
+
+            configuration.retryPolicy = ImagePipeline.RetryPolicy(maximumAttempts: 3)
+
+            let pipeline = ImagePipeline(configuration: configuration)
+            await #expect(throws: ImagePipeline.Error.self) { try await pipeline.image(for: url) }
+            #expect(loader.loadCount == 3)
+        }
+
+        @Test func withoutCoalescingEveryRequestBuildsItsOwnChain() async throws {
+            let (loader, base, _, url) = Self.setUp()
+            var configuration = base
+
+            configuration.isTaskCoalescingEnabled = false
+            let pipeline = ImagePipeline(configuration: configuration)
+            let tasks = (0..<4).map { _ in pipeline.imageTask(with: ImageRequest(url: url)) }
+            for task in tasks { _ = try await task.response }
+            #expect(loader.loadCount == 4)
+        }
+    }
+}
+
+// MARK: - DecodingAndDownsampling.md
+
+extension DocumentationExampleTests {
+    @Suite(.timeLimit(.minutes(1)))
+    struct DecodingAndDownsampling {
+        /// The article's `jpegData`: a 2048 × 1536 photo-like JPEG, made once.
+        private static let photoJPEG = Result { try DocFixtures.jpeg(width: 2048, height: 1536) }
+
+        @Test func decodesAtTheRequestedSizeThroughAReducedDCTScale() throws {
+            let jpegData = try Self.photoJPEG.get()
+
+            let options = DecodeOptions(size: .maxPixelSize(256))
+            let decoded = try ImageDecoder.decode(jpegData, options: options)
+            #expect(decoded.bitmap.width == 256 && decoded.bitmap.height == 192)
+            // 2048 / 8 = 256 still covers the target, so the rule picks TurboJPEG's 1/8 scale.
+            #expect(decoded.statistics.codecScale == 1.0 / 8)
+            #expect(decoded.statistics.codecWidth == 256)
+        }
+
+        @Test func aspectFillGivesExactlyTheTargetSize() throws {
+            let jpegData = try Self.photoJPEG.get()
+
+            let square = try ImageDecoder.decode(jpegData, options: DecodeOptions(
+                size: .size(width: 200, height: 200, contentMode: .aspectFill)))
+            #expect(square.bitmap.width == 200 && square.bitmap.height == 200)
+        }
+
+        @Test func smallImagesAreNeverUpscaled() throws {
+            let size = ImageDecoder.outputSize(width: 100, height: 100, options: DecodeOptions(size: .maxPixelSize(256)))
+            #expect(size == (100, 100))
+            // And a real decode agrees with the computed size.
+            let small = try DocFixtures.jpeg(width: 100, height: 100)
+            let decoded = try ImageDecoder.decode(small, options: DecodeOptions(size: .maxPixelSize(256)))
+            #expect(decoded.bitmap.width == 100 && decoded.bitmap.height == 100)
+        }
+
+        @Test func headerOnlyInfo() throws {
+            let info = try ImageDecoder.info(for: Self.photoJPEG.get())
+            #expect(info.format == .jpeg && info.width == 2048 && info.height == 1536)
+        }
+
+        @Test func sharperPreshrinkKeepsMorePixelsForTheResampler() throws {
+            let jpegData = try Self.photoJPEG.get()
+            let fastest = try ImageDecoder.decode(jpegData, options: DecodeOptions(size: .maxPixelSize(256)))
+
+            var sharper = DecodeOptions(size: .maxPixelSize(256))
+            sharper.preshrink = .sharpest // keep at least twice the target for the resampler
+            let decoded = try ImageDecoder.decode(jpegData, options: sharper)
+            #expect(decoded.statistics.codecScale >= 2 * 256 / 2048.0)
+            #expect(decoded.statistics.codecScale > fastest.statistics.codecScale)
+            #expect(decoded.statistics.isResampled)
+            #expect(decoded.bitmap.width == 256) // the same output size either way
+        }
+
+        @Test func twoDecodeSizesShareOneDownload() async throws {
+            let loader = MockDataLoader()
+            let pipeline = ImagePipeline(configuration: .init(dataLoader: loader))
+            let url = URL(string: "https://example.com/photo.jpg")!
+            loader.serve(try Self.photoJPEG.get(), for: url)
+            loader.isSuspended = true
+
+            async let thumbnail = pipeline.image(for: ImageRequest(url: url, thumbnail: .maxPixelSize(160)))
+            async let detail = pipeline.image(for: ImageRequest(url: url, thumbnail: .maxPixelSize(640)))
+            await pipeline.waitForMetrics { $0.decode.started == 2 } // both subscribed: release the download
+            loader.resume()
+            let (small, large) = try await (thumbnail, detail)
+
+            #expect(small.image.width == 160 && large.image.width == 640)
+            #expect(loader.loadCount == 1)
+            #expect(pipeline.metrics.decodes == 2)
+        }
+
+        @Test func aCustomDecoderTunesThePipelinesDecodes() async throws {
+            struct SharperDecoder: ImageDecoding {
+                func decode(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer {
+                    var options = context.options // the request's decode size and the pipeline's pixel limit
+                    options.preshrink = .sharpest
+                    let decoded = try ImageDecoder.decode(data, options: options)
+                    return ImageContainer(image: decoded.bitmap, isPreview: decoded.isPartial, format: decoded.statistics.format)
+                }
+            }
+
+            let loader = MockDataLoader()
+            let url = URL(string: "https://example.com/photo.jpg")!
+            loader.serve(try Self.photoJPEG.get(), for: url)
+
+            var configuration = ImagePipeline.Configuration(dataLoader: loader)
+            configuration.decoder = SharperDecoder()
+
+            let pipeline = ImagePipeline(configuration: configuration)
+            let response = try await pipeline.image(for: ImageRequest(url: url, thumbnail: .maxPixelSize(256)))
+            #expect(response.image.width == 256)
+            #expect(response.container.format == .jpeg)
+
+            // The pixel limit reaches the decoder through the context: the decoder never sets it.
+            configuration.maximumDecodedPixelCount = 1_000_000
+            let limited = ImagePipeline(configuration: configuration)
+            let error = await #expect(throws: ImagePipeline.Error.self) {
+                try await limited.image(for: ImageRequest(url: url, thumbnail: .maxPixelSize(256)))
+            }
+            #expect(error?.code == .decodingFailed)
+            #expect(error?.underlyingError as? ImagingError == .tooLarge(width: 2048, height: 1536))
+        }
+
+        @MainActor
+        @Test func fetchImageDecodesAtTheBucketedDisplaySize() async throws {
+            let loader = MockDataLoader()
+            let pipeline = ImagePipeline(configuration: .init(dataLoader: loader))
+            let url = URL(string: "https://example.com/photo.jpg")!
+            loader.serve(try Self.photoJPEG.get(), for: url)
+
+            let model = FetchImage(pipeline: pipeline)
+            model.load(ImageRequest(url: url))
+            model.displaySize(width: 100, height: 100, scale: 2) // 200 pixels: decoded at the 256 bucket
+
+            while model.phase.image == nil && model.phase.error == nil {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    withObservationTracking { _ = model.phase } onChange: { continuation.resume() }
+                }
+            }
+            let image = try #require(model.phase.image)
+            #expect(max(image.width, image.height) == DisplaySize.bucketed(200))
+            #expect(DisplaySize.bucketed(200) == 256)
+        }
+
+        @Test func processorsRunAfterTheDecode() async throws {
+            let loader = MockDataLoader()
+            let pipeline = ImagePipeline(configuration: .init(dataLoader: loader))
+            let url = URL(string: "https://example.com/avatar.jpg")!
+            loader.serve(try Self.photoJPEG.get(), for: url)
+
+            let avatar = ImageRequest(
+                url: url,
+                processors: [ImageProcessors.Circle()],
+                thumbnail: .size(width: 128, height: 128, contentMode: .aspectFill))
+            let response = try await pipeline.image(for: avatar)
+            let png = try response.image.encode(as: .png)
+
+            #expect(response.image.width == 128 && response.image.height == 128)
+            #expect(response.image.format == .rgba8)
+            #expect(response.image.rgba(x: 0, y: 0).a == 0) // a corner lies outside the circle
+            #expect(response.image.rgba(x: 64, y: 64).a == 255)
+            #expect(try ImageDecoder.info(for: png).format == .png)
+        }
+
+        @Test func thePixelLimitIsCheckedFromTheHeader() throws {
+            let jpegData = try Self.photoJPEG.get()
+            var refused: (Int, Int)?
+
+            do {
+                _ = try ImageDecoder.decode(jpegData, options: DecodeOptions(maximumPixelCount: 1_000_000))
+            } catch {
+                // `error` is an ImagingError: the decoder's functions use typed throws.
+                if case .tooLarge(let width, let height) = error {
+                    // refused from the header: no pixels were allocated
+                    refused = (width, height)
+                }
+            }
+            #expect(refused.map { $0 == (2048, 1536) } == true)
+        }
+
+        @Test func thePipelineWrapsDecoderErrors() async throws {
+            let loader = MockDataLoader()
+            let url = URL(string: "https://example.com/photo.jpg")!
+            loader.serve(try Self.photoJPEG.get(), for: url)
+            var refused: (Int, Int)?
+
+            var configuration = ImagePipeline.Configuration(dataLoader: loader)
+            configuration.maximumDecodedPixelCount = 1_000_000
+            let pipeline = ImagePipeline(configuration: configuration)
+            do {
+                _ = try await pipeline.image(for: url)
+            } catch let error as ImagePipeline.Error where error.code == .decodingFailed {
+                if case .tooLarge(let width, let height)? = error.underlyingError as? ImagingError {
+                    refused = (width, height) // the article prints them
+                }
+            }
+            #expect(refused.map { $0 == (2048, 1536) } == true)
+        }
+
+        @Test func animationsDecodeFrameByFrame() throws {
+            let gif = try Data(contentsOf: DocFixtures.corpus.appendingPathComponent("real-world/chi.gif"))
+            let first = try ImageDecoder.decode(gif)
+            let frames = try ImageDecoder.decodeFrames(gif)
+            #expect(frames.count > 1)
+            #expect(frames.allSatisfy { $0.bitmap.width == first.bitmap.width && $0.bitmap.height == first.bitmap.height })
+            #expect(frames.allSatisfy { $0.duration > 0 })
+            #expect(frames[0].bitmap.pixels == first.bitmap.pixels) // `decode` gives the first frame
+        }
+    }
+}
+
+// MARK: - TestingYourCode.md
+
+extension DocumentationExampleTests {
+    @Suite(.timeLimit(.minutes(1)))
+    struct TestingYourCode {
+        private static let avatar = URL(string: "https://example.com/avatar/42.jpg")!
+
+        private static func setUp() -> (MockDataLoader, ImagePipeline) {
+            let loader = MockDataLoader()
+            var configuration = ImagePipeline.Configuration(dataLoader: loader)
+            configuration.decoder = TrivialImageDecoder()
+            return (loader, ImagePipeline(configuration: configuration))
+        }
+
+        @Test func holdWaitReleaseCount() async throws {
+            let loader = MockDataLoader()
+            var configuration = ImagePipeline.Configuration(dataLoader: loader)
+            configuration.decoder = TrivialImageDecoder() // no image files needed
+            let pipeline = ImagePipeline(configuration: configuration)
+            let avatar = URL(string: "https://example.com/avatar/42.jpg")!
+
+            loader.isSuspended = true
+            let cells = (0..<3).map { _ in Task { try await pipeline.image(for: avatar) } }
+            await pipeline.waitForMetrics { $0.decode.started + $0.decode.joined == 3 } // all three subscribed
+            loader.resume()
+            for cell in cells { _ = try await cell.value }
+
+            #expect(loader.loadCount(for: avatar) == 1)
+            await pipeline.waitForMetrics { $0.liveTasks == 0 && $0.liveRequests == 0 }
+        }
+
+        @Test func failuresCarryTheStatus() async throws {
+            let (loader, pipeline) = Self.setUp()
+            let avatar = Self.avatar
+
+            loader.fail(avatar, statusCode: 404)
+            let error = await #expect(throws: ImagePipeline.Error.self) {
+                try await pipeline.image(for: avatar)
+            }
+            #expect(error?.code == .dataLoadingFailed)
+            #expect(error?.statusCode == 404)
+        }
+
+        @Test func cancellationReachesTheLoader() async throws {
+            let (loader, pipeline) = Self.setUp()
+            let avatar = Self.avatar
+
+            loader.isSuspended = true
+            let cell = Task { try await pipeline.image(for: avatar) }
+            await loader.waitForLoads(1)
+            cell.cancel() // the cell scrolled away
+            await loader.waitForCancellations(1)
+            #expect(pipeline.metrics.fetch.cancelled == 1)
+        }
+
+        @Test func aVisibleRequestJoinsARunningPrefetch() async throws {
+            let avatar = Self.avatar
+
+            let recorder = PipelineEventRecorder()
+            let loader = MockDataLoader()
+            var configuration = ImagePipeline.Configuration(dataLoader: loader)
+            configuration.decoder = TrivialImageDecoder()
+            configuration.eventHandler = recorder.handler
+            let pipeline = ImagePipeline(configuration: configuration)
+
+            loader.isSuspended = true
+            let prefetcher = ImagePrefetcher(pipeline: pipeline)
+            prefetcher.startPrefetching(with: [avatar])
+            await loader.waitForLoads(1)
+            let visible = pipeline.imageTask(with: ImageRequest(url: avatar))
+            await recorder.wait { $0.joined(.decode) == 1 } // the visible request joined the prefetch's work
+            loader.resume()
+            _ = try await visible.response
+
+            #expect(loader.loadCount == 1)
+            #expect(recorder.counts.started(.fetch) == 1)
+            await prefetcher.waitUntilIdle()
+            #expect(prefetcher.outcomes.succeeded == 1)
+        }
+
+        @Test func countingProcessors() async throws {
+            let (loader, pipeline) = Self.setUp()
+            let avatar = Self.avatar
+
+            let applications = ProcessorApplications()
+            let frame = MockImageProcessor("frame", applications: applications)
+            loader.isSuspended = true
+            let first = pipeline.imageTask(with: ImageRequest(url: avatar, processors: [frame]))
+            let second = pipeline.imageTask(with: ImageRequest(url: avatar, processors: [frame]))
+            loader.resume()
+            _ = try await (first.response, second.response)
+            #expect(applications["mock.frame"] == 1)
+        }
+
+        @Test func aFailingMockProcessorIsAProcessingFailure() async throws {
+            let (_, pipeline) = Self.setUp()
+            let error = await #expect(throws: ImagePipeline.Error.self) {
+                try await pipeline.image(for: ImageRequest(url: Self.avatar, processors: [MockImageProcessor("x", fails: true)]))
+            }
+            #expect(error?.code == .processingFailed)
+            #expect(error?.processorIdentifier == MockImageProcessor("x", fails: true).identifier)
+        }
+
+        @Test func aRealHTTPServer() async throws {
+            let jpegData = try DocFixtures.jpeg(width: 64, height: 48)
+
+            let server = try LoopbackServer()
+            defer { server.stop() }
+            server.serve(path: "/avatar.jpg", data: jpegData, contentType: "image/jpeg")
+            server.hold("/avatar.jpg")
+
+            let pipeline = ImagePipeline(configuration: .init()) // the real DataLoader, over HTTP
+            let url = server.url(for: "/avatar.jpg")
+            let tasks = (0..<5).map { _ in pipeline.imageTask(with: ImageRequest(url: url)) }
+            try await server.waitForRequests(path: "/avatar.jpg", count: 1)
+            server.release("/avatar.jpg")
+            for task in tasks { _ = try await task.response }
+
+            #expect(server.requestCount(for: "/avatar.jpg") == 1)
+            #expect(server.statistics.peakConnections == 1)
+
+            server.respond(path: "/private.jpg", status: 403)
+            var request = URLRequest(url: server.url(for: "/private.jpg"))
+            request.setValue("Bearer token-1", forHTTPHeaderField: "Authorization")
+            let error = await #expect(throws: ImagePipeline.Error.self) {
+                try await pipeline.image(for: ImageRequest(urlRequest: request))
+            }
+            #expect(error?.statusCode == 403)
+            #expect(server.recordedRequests(for: "/private.jpg").first?.header("authorization") == "Bearer token-1")
+        }
+    }
+}
