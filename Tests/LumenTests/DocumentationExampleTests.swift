@@ -619,3 +619,45 @@ extension DocumentationExampleTests {
         }
     }
 }
+
+// MARK: - Performance.md
+
+extension DocumentationExampleTests {
+    @Suite(.timeLimit(.minutes(1)))
+    struct Performance {
+        /// The article's code sample, at a size a debug build runs quickly. No timing is
+        /// asserted: only the counts the article says the scenario reports.
+        @Test func pipelineBenchmarksRunFromCode() async throws {
+            let result = try await PipelineBenchmarks.coalesce(count: 200)
+            #expect(result.requests == 200)
+            #expect(result.networkRequests == 1)
+            #expect(result.decodes == 1)
+            #expect(result.json.hasPrefix("{\"name\": \"coalesce\", \"requests\": 200, \"networkRequests\": 1,"))
+
+            let overhead = try await PipelineBenchmarks.overhead(count: 100)
+            #expect(overhead.networkRequests == 100 && overhead.decodes == 100)
+            #expect(overhead.baselineMicrosPerRequest != nil)
+        }
+
+        /// `lumen bench coalesce overhead --json`: one JSON object per scenario with the keys the
+        /// article lists (a debug build: the numbers mean nothing, the keys and counts do).
+        @Test func benchJSONHasTheDocumentedKeys() async throws {
+            let outcome = try await Executables.run("lumen", ["bench", "coalesce", "overhead", "--json"])
+            #expect(outcome.status == 0)
+            let objects = try outcome.standardOutput.split(separator: "\n").map { line in
+                try #require(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            }
+            try #require(objects.count == 2)
+            let common: Set = ["scenario", "requests", "networkRequests", "decodes", "microsPerRequest"]
+            #expect(Set(objects[0].keys) == common.union(["bytesPerInFlightRequest"]))
+            #expect(Set(objects[1].keys) == common.union(["baselineMicrosPerRequest"]))
+            #expect(objects[0]["scenario"] as? String == "coalesce" && objects[0]["networkRequests"] as? Int == 1)
+            #expect(objects[1]["scenario"] as? String == "overhead")
+        }
+
+        @Test func anUnknownScenarioIsAUsageError() async throws {
+            let outcome = try await Executables.run("lumen", ["bench", "nosuch"])
+            #expect(outcome.status == 2)
+        }
+    }
+}
