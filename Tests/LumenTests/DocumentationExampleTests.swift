@@ -1,5 +1,6 @@
 import Foundation
 import Observation
+import Synchronization
 import Testing
 import Lumen
 import LumenTestSupport
@@ -391,6 +392,7 @@ extension DocumentationExampleTests {
 
             // The pixel limit reaches the decoder through the context: the decoder never sets it.
             configuration.maximumDecodedPixelCount = 1_000_000
+            configuration.imageCache = ImageCache() // copies of a configuration share its memory cache
             let limited = ImagePipeline(configuration: configuration)
             let error = await #expect(throws: ImagePipeline.Error.self) {
                 try await limited.image(for: ImageRequest(url: url, thumbnail: .maxPixelSize(256)))
@@ -639,25 +641,272 @@ extension DocumentationExampleTests {
             #expect(overhead.baselineMicrosPerRequest != nil)
         }
 
-        /// `lumen bench coalesce overhead --json`: one JSON object per scenario with the keys the
-        /// article lists (a debug build: the numbers mean nothing, the keys and counts do).
+        /// `lumen bench coalesce overhead cache --json`: one JSON object per scenario with the
+        /// keys the article lists (a debug build: the numbers mean nothing, the keys and counts do).
         @Test func benchJSONHasTheDocumentedKeys() async throws {
-            let outcome = try await Executables.run("lumen", ["bench", "coalesce", "overhead", "--json"])
+            let outcome = try await Executables.run("lumen", ["bench", "coalesce", "overhead", "cache", "--json", "--iterations", "1"])
             #expect(outcome.status == 0)
             let objects = try outcome.standardOutput.split(separator: "\n").map { line in
                 try #require(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
             }
-            try #require(objects.count == 2)
+            try #require(objects.count == 3)
             let common: Set = ["scenario", "requests", "networkRequests", "decodes", "microsPerRequest"]
             #expect(Set(objects[0].keys) == common.union(["bytesPerInFlightRequest"]))
             #expect(Set(objects[1].keys) == common.union(["baselineMicrosPerRequest"]))
             #expect(objects[0]["scenario"] as? String == "coalesce" && objects[0]["networkRequests"] as? Int == 1)
             #expect(objects[1]["scenario"] as? String == "overhead")
+            #expect(Set(objects[2].keys) == [
+                "scenario", "syncHitNanos", "asyncHitNanos", "diskHitMicros", "directReadDecodeMicros",
+                "diskHitRatio", "sweepMillis", "sweepEntries",
+            ])
         }
 
         @Test func anUnknownScenarioIsAUsageError() async throws {
             let outcome = try await Executables.run("lumen", ["bench", "nosuch"])
             #expect(outcome.status == 2)
+        }
+    }
+}
+
+// MARK: - CacheLayers.md
+
+/// The article's clock for tests: a `CacheClock` advanced by hand.
+private final class ManualClock: Sendable {
+    private let date = Mutex(Date(timeIntervalSince1970: 1_700_000_000))
+    var cacheClock: CacheClock { CacheClock { [self] in date.withLock { $0 } } }
+    func advance(by seconds: TimeInterval) { date.withLock { $0.addTimeInterval(seconds) } }
+}
+
+extension DocumentationExampleTests {
+    @Suite(.timeLimit(.minutes(1)))
+    struct CacheLayers {
+        private static let url = URL(string: "https://example.com/photo.jpg")!
+
+        /// A pipeline on a mock loader and the trivial decoder, with the default caches.
+        private static func setUp() -> (MockDataLoader, ImagePipeline.Configuration) {
+            let loader = MockDataLoader()
+            var configuration = ImagePipeline.Configuration(dataLoader: loader)
+            configuration.decoder = TrivialImageDecoder()
+            return (loader, configuration)
+        }
+
+        @Test func theSecondRequestIsAnsweredFromMemory() async throws {
+            let server = try LoopbackServer()
+            defer { server.stop() }
+            server.serve(path: "/photo.jpg", data: try DocFixtures.jpeg(width: 64, height: 48), contentType: "image/jpeg")
+            let url = server.url(for: "/photo.jpg")
+
+            let pipeline = ImagePipeline(configuration: .init()) // a memory cache of its own, no disk cache
+            let first = try await pipeline.image(for: url)
+            #expect(first.cacheType == nil)
+            let second = try await pipeline.image(for: url)
+            #expect(second.cacheType == .memory)
+            #expect(server.requestCount(for: "/photo.jpg") == 1)
+            #expect(second.image == first.image)
+        }
+
+        @Test func theMemoryCacheOnItsOwn() throws {
+            let bitmap = DocFixtures.photo(width: 16, height: 16)
+
+            let cache = ImageCache(costLimit: 64 << 20, countLimit: 500)
+            let key = ImageCacheKey(imageID: "https://example.com/a.jpg", decodeSize: .maxPixelSize(256))
+            cache[key] = ImageContainer(image: bitmap)
+            let hit = cache[key] // O(1), synchronous
+            #expect(hit?.image == bitmap)
+            #expect(cache.metrics.hits == 1)
+            cache.trim(toCount: 0) // evict everything, least recently used first
+            #expect(cache[key] == nil && cache.totalCount == 0)
+
+            // The per-entry limit: an image above 10% of the cost limit is refused and counted.
+            let small = ImageCache(costLimit: bitmap.byteCount * 5)
+            #expect(!small.storeValue(ImageContainer(image: bitmap), forKey: key))
+            #expect(small.metrics.rejectedOversizeCount == 1)
+        }
+
+        @Test func aMemoryCacheOfYourOwn() async throws {
+            let (loader, base) = Self.setUp()
+            var configuration = base
+
+            configuration.imageCache = ImageCache(costLimit: 256 << 20, ttl: 600)
+            let pipeline = ImagePipeline(configuration: configuration)
+            _ = try await pipeline.image(for: Self.url)
+            #expect(pipeline.cache[ImageRequest(url: Self.url)] != nil)
+            #expect((configuration.imageCache as? ImageCache)?.totalCount == 1)
+
+            configuration.imageCache = nil // the memory layer off
+            let uncached = ImagePipeline(configuration: configuration)
+            _ = try await uncached.image(for: Self.url)
+            let again = try await uncached.image(for: Self.url)
+            #expect(again.cacheType == nil)
+            #expect(loader.loadCount == 3)
+        }
+
+        @Test func aDiskCacheInTheConfiguration() throws {
+            var configuration = ImagePipeline.Configuration()
+            configuration.dataCache = DataCache(name: "images") // ~/.cache/lumen/images, 150 MB, 7 days
+
+            let cache = try #require(configuration.dataCache as? DataCache)
+            #expect(cache.directory == DataCache.defaultDirectory(name: "images"))
+            #expect(cache.directory.path.hasSuffix("/lumen/images"))
+            #expect(cache.sizeLimit == 150 * 1024 * 1024 && cache.ttl == 7 * 24 * 3600)
+        }
+
+        @Test func aNewPipelineOverTheSameDirectoryStartsWarm() async throws {
+            let loader = MockDataLoader()
+            let url = Self.url
+            loader.serve(try DocFixtures.jpeg(width: 800, height: 600), for: url)
+            let cacheDirectory = try DocFixtures.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: cacheDirectory) }
+
+            let dataCache = DataCache(name: "images", directory: cacheDirectory)
+            var configuration = ImagePipeline.Configuration(dataLoader: loader)
+            configuration.dataCache = dataCache
+            let pipeline = ImagePipeline(configuration: configuration)
+            _ = try await pipeline.image(for: ImageRequest(url: url, thumbnail: .maxPixelSize(160)))
+            await dataCache.flush()
+
+            // Later, a pipeline with an empty memory cache over the same directory:
+            var later = ImagePipeline.Configuration(dataLoader: loader)
+            later.dataCache = DataCache(name: "images", directory: cacheDirectory)
+            let restarted = ImagePipeline(configuration: later)
+            let detail = try await restarted.image(for: ImageRequest(url: url, thumbnail: .maxPixelSize(640)))
+            #expect(detail.cacheType == .disk)
+            #expect(detail.image.width == 640)
+            #expect(loader.loadCount == 1)
+            #expect(restarted.metrics.networkRequestsStarted == 0)
+        }
+
+        @Test func freshnessFromCacheControl() {
+            let stored = Date(timeIntervalSince1970: 1_700_000_000)
+            let metadata = CacheMetadata(headers: ["ETag": "\"v1\"", "Cache-Control": "max-age=60"], now: stored)
+            let ttl: TimeInterval = 7 * 24 * 3600
+            #expect(metadata.isFresh(now: stored.addingTimeInterval(30), ttl: ttl)) // true: served from disk
+            #expect(!metadata.isFresh(now: stored.addingTimeInterval(90), ttl: ttl)) // false: ask the server
+            #expect(metadata.conditionalHeaders == ["If-None-Match": "\"v1\""])
+            // Without HTTP semantics the TTL alone decides.
+            #expect(metadata.isFresh(now: stored.addingTimeInterval(90), ttl: ttl, respectsHTTPCaching: false))
+        }
+
+        @Test func aStaleEntryIsRevalidatedAgainstTheServer() async throws {
+            let server = try LoopbackServer()
+            defer { server.stop() }
+            let jpegData = try DocFixtures.jpeg(width: 64, height: 48)
+            let cacheDirectory = try DocFixtures.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: cacheDirectory) }
+
+            let clock = ManualClock()
+            server.serve(path: "/a.jpg", data: jpegData, etag: "\"v1\"", cacheControl: "max-age=60")
+            var configuration = ImagePipeline.Configuration()
+            configuration.imageCache = nil // disk only, for the example
+            configuration.dataCache = DataCache(name: "test", directory: cacheDirectory, clock: clock.cacheClock)
+            let pipeline = ImagePipeline(configuration: configuration)
+            let url = server.url(for: "/a.jpg")
+
+            _ = try await pipeline.image(for: url) // downloaded
+            clock.advance(by: 90)                  // past max-age
+            let revalidated = try await pipeline.image(for: url)
+            #expect(revalidated.cacheType == .disk)
+            #expect(server.statistics.notModifiedResponses == 1)
+            #expect(pipeline.metrics.revalidations == 1 && pipeline.metrics.notModified == 1)
+            #expect(server.statistics.bodyBytesSent == jpegData.count) // the bytes went over the wire once
+            #expect(server.recordedRequests(for: "/a.jpg").last?.header("If-None-Match") == "\"v1\"")
+        }
+
+        @Test func cacheOnlyRequestsNeverTouchTheNetwork() async throws {
+            let (loader, configuration) = Self.setUp()
+            let pipeline = ImagePipeline(configuration: configuration)
+            let url = Self.url
+            var caught = false
+
+            let offline = ImageRequest(url: url, options: [.returnCacheDataDontLoad])
+            do {
+                _ = try await pipeline.image(for: offline)
+            } catch ImagePipeline.Error.dataMissingInCache {
+                // not cached, and the network was not asked
+                caught = true
+            }
+            #expect(caught)
+            #expect(loader.loadCount == 0)
+
+            // Once the image is cached, the same request is answered.
+            _ = try await pipeline.image(for: url)
+            #expect(try await pipeline.image(for: offline).cacheType == .memory)
+            // And a reload goes to the source although the image is cached.
+            let reloaded = try await pipeline.image(for: ImageRequest(url: url, options: [.reloadIgnoringCachedData]))
+            #expect(reloaded.cacheType == nil)
+            #expect(loader.loadCount == 2)
+        }
+
+        @Test func signedURLsWithOneImageIDShareEntries() async throws {
+            let (loader, configuration) = Self.setUp()
+            let pipeline = ImagePipeline(configuration: configuration)
+
+            var monday = ImageRequest(url: URL(string: "https://cdn.example.com/photo.jpg?signature=monday")!)
+            monday.imageID = "photo-42"
+            var tuesday = ImageRequest(url: URL(string: "https://cdn.example.com/photo.jpg?signature=tuesday")!)
+            tuesday.imageID = "photo-42"
+
+            _ = try await pipeline.image(for: monday)
+            let response = try await pipeline.image(for: tuesday)
+            #expect(response.cacheType == .memory)
+            #expect(loader.loadCount == 1)
+
+            // Credentials still separate them.
+            var urlRequest = URLRequest(url: URL(string: "https://cdn.example.com/photo.jpg?signature=wednesday")!)
+            urlRequest.setValue("Bearer someone-else", forHTTPHeaderField: "Authorization")
+            var wednesday = ImageRequest(urlRequest: urlRequest)
+            wednesday.imageID = "photo-42"
+            #expect(try await pipeline.image(for: wednesday).cacheType == nil)
+            #expect(loader.loadCount == 2)
+        }
+
+        @Test func managingTheCachesByRequest() async throws {
+            let (loader, base) = Self.setUp()
+            let cacheDirectory = try DocFixtures.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: cacheDirectory) }
+            var configuration = base
+            configuration.dataCache = DataCache(name: "images", directory: cacheDirectory)
+            let pipeline = ImagePipeline(configuration: configuration)
+            let url = Self.url
+            let original = Data((0..<100).map { UInt8($0) })
+            loader.serve(original, for: url)
+            _ = try await pipeline.image(for: ImageRequest(url: url, thumbnail: .maxPixelSize(256)))
+
+            let request = ImageRequest(url: url, thumbnail: .maxPixelSize(256))
+            let image = pipeline.cache[request]        // the final image in memory, synchronously
+            #expect(image != nil)
+            #expect(pipeline.cache.containsData(for: request))  // whether the original bytes are on disk
+            #expect(pipeline.cache.cachedData(for: request) == original)
+            pipeline.cache.removeAllFromMemory()       // empty memory, keep the bytes on disk
+            #expect(pipeline.cache[request] == nil && pipeline.cache.containsData(for: request))
+            pipeline.cache.removeAll(for: request)     // that request's entries, in both layers
+            #expect(!pipeline.cache.containsData(for: request))
+            pipeline.cache.storeCachedData(Data([1, 2, 3]), for: request)
+            #expect(pipeline.cache.cachedData(for: request) == Data([1, 2, 3]))
+            pipeline.cache.removeAll()                 // empty both layers
+            #expect(!pipeline.cache.containsData(for: request))
+        }
+
+        @Test func cacheFailuresAreReportedNotThrown() async throws {
+            let (loader, base) = Self.setUp()
+            let recorder = PipelineEventRecorder()
+            let blocked = try DocFixtures.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: blocked) }
+            // A regular file where the cache wants its directory: every write fails.
+            let notADirectory = blocked.appendingPathComponent("cache")
+            try Data("not a directory".utf8).write(to: notADirectory)
+
+            var configuration = base
+            configuration.eventHandler = recorder.handler
+            let dataCache = DataCache(name: "images", directory: notADirectory)
+            configuration.dataCache = dataCache
+            let pipeline = ImagePipeline(configuration: configuration)
+            let response = try await pipeline.image(for: Self.url)
+            await dataCache.flush()
+            await recorder.wait { $0.cacheFailures >= 1 }
+            #expect(response.cacheType == nil)
+            #expect(loader.loadCount == 1)
+            #expect(pipeline.metrics.cacheFailures >= 1)
         }
     }
 }
