@@ -134,6 +134,19 @@ extension DocumentationExampleTests {
             #expect(loader.loadCount == 2)
         }
 
+        @Test func oneImageIDIsStillTwoDownloadsWhileTheyRun() async throws {
+            let (loader, _, pipeline, _) = Self.setUp()
+            loader.isSuspended = true
+            let tasks = ["monday", "tuesday"].map { signature in
+                var request = ImageRequest(url: URL(string: "https://cdn.example.com/photo.jpg?signature=\(signature)")!)
+                request.imageID = "photo-42"
+                return pipeline.imageTask(with: request)
+            }
+            loader.resume()
+            for task in tasks { _ = try await task.response }
+            #expect(loader.loadCount == 2)
+        }
+
         @Test func markedCredentialHeadersSeparateDownloads() async throws {
             let (loader, _, pipeline, url) = Self.setUp()
             loader.isSuspended = true
@@ -475,6 +488,20 @@ extension DocumentationExampleTests {
                 }
             }
             #expect(refused.map { $0 == (2048, 1536) } == true)
+        }
+
+        @Test func aTruncatedProgressiveJPEGIsAPartialResponse() async throws {
+            let progressive = try DocFixtures.photo(width: 320, height: 240).encode(as: .jpeg(quality: 90, progressive: true))
+            let loader = MockDataLoader()
+            let url = URL(string: "https://example.com/cut.jpg")!
+            loader.serve(progressive.prefix(progressive.count / 2), for: url)
+            let pipeline = ImagePipeline(configuration: .init(dataLoader: loader))
+
+            let response = try await pipeline.image(for: url)
+            #expect(response.isPreview)
+            #expect(response.image.width == 320 && response.image.height == 240) // a full frame
+            #expect(pipeline.cache[ImageRequest(url: url)] == nil) // previews are not kept
+            #expect(try ImageDecoder.decode(progressive.prefix(progressive.count / 2)).isPartial)
         }
 
         @Test func animationsDecodeFrameByFrame() throws {
