@@ -387,7 +387,8 @@ extension DocumentationExampleTests {
                     var options = context.options // the request's decode size and the pipeline's pixel limit
                     options.preshrink = .sharpest
                     let decoded = try ImageDecoder.decode(data, options: options)
-                    return ImageContainer(image: decoded.bitmap, isPreview: decoded.isPartial, format: decoded.statistics.format)
+                    if decoded.isPartial { throw ImagingError.truncated } // never a cut image as the result
+                    return ImageContainer(image: decoded.bitmap, format: decoded.statistics.format)
                 }
             }
 
@@ -490,18 +491,26 @@ extension DocumentationExampleTests {
             #expect(refused.map { $0 == (2048, 1536) } == true)
         }
 
-        @Test func aTruncatedProgressiveJPEGIsAPartialResponse() async throws {
-            let progressive = try DocFixtures.photo(width: 320, height: 240).encode(as: .jpeg(quality: 90, progressive: true))
+        @Test func aCutJPEGIsNeverTheFinalImage() async throws {
+            let photo = DocFixtures.photo(width: 320, height: 240)
+            let progressive = try photo.encode(as: .jpeg(quality: 90, progressive: true))
+            let baseline = try photo.encode(as: .jpeg(quality: 90, progressive: false))
+
+            // The engine: a progressive JPEG cut short is a complete, coarser frame, marked partial;
+            // a baseline one is truncated.
+            let partial = try ImageDecoder.decode(progressive.prefix(progressive.count / 2))
+            #expect(partial.isPartial && partial.bitmap.width == 320 && partial.bitmap.height == 240)
+            #expect(throws: ImagingError.truncated) { try ImageDecoder.decode(baseline.prefix(baseline.count / 2)) }
+
+            // The pipeline: a partial decode is a decoding failure, never the response.
             let loader = MockDataLoader()
             let url = URL(string: "https://example.com/cut.jpg")!
             loader.serve(progressive.prefix(progressive.count / 2), for: url)
             let pipeline = ImagePipeline(configuration: .init(dataLoader: loader))
-
-            let response = try await pipeline.image(for: url)
-            #expect(response.isPreview)
-            #expect(response.image.width == 320 && response.image.height == 240) // a full frame
-            #expect(pipeline.cache[ImageRequest(url: url)] == nil) // previews are not kept
-            #expect(try ImageDecoder.decode(progressive.prefix(progressive.count / 2)).isPartial)
+            let error = await #expect(throws: ImagePipeline.Error.self) { try await pipeline.image(for: url) }
+            #expect(error?.code == .decodingFailed)
+            #expect(error?.underlyingError as? ImagingError == .truncated)
+            #expect(pipeline.cache[ImageRequest(url: url)] == nil)
         }
 
         @Test func animationsDecodeFrameByFrame() throws {
