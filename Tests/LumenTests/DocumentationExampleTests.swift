@@ -294,6 +294,12 @@ extension DocumentationExampleTests {
             let pipeline = ImagePipeline(configuration: configuration)
             await #expect(throws: ImagePipeline.Error.self) { try await pipeline.image(for: url) }
             #expect(loader.loadCount == 3)
+
+            // A 404 is not transient: one attempt only.
+            let missing = URL(string: "https://example.com/missing.jpg")!
+            loader.fail(missing, statusCode: 404)
+            await #expect(throws: ImagePipeline.Error.self) { try await pipeline.image(for: missing) }
+            #expect(loader.loadCount(for: missing) == 1)
         }
 
         @Test func withoutCoalescingEveryRequestBuildsItsOwnChain() async throws {
@@ -334,6 +340,12 @@ extension DocumentationExampleTests {
             let square = try ImageDecoder.decode(jpegData, options: DecodeOptions(
                 size: .size(width: 200, height: 200, contentMode: .aspectFill)))
             #expect(square.bitmap.width == 200 && square.bitmap.height == 200)
+        }
+
+        @Test func anUpscaledOutputIsHeldToThePixelLimit() throws {
+            let small = try DocFixtures.jpeg(width: 100, height: 100)
+            let options = DecodeOptions(size: .maxPixelSize(2000), allowsUpscaling: true, maximumPixelCount: 1_000_000)
+            #expect(throws: ImagingError.tooLarge(width: 2000, height: 2000)) { try ImageDecoder.decode(small, options: options) }
         }
 
         @Test func smallImagesAreNeverUpscaled() throws {
