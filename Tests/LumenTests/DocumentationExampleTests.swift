@@ -134,6 +134,19 @@ extension DocumentationExampleTests {
             #expect(loader.loadCount == 2)
         }
 
+        @Test func byteLoadsShareTheDownloadWithImageRequests() async throws {
+            let (loader, _, pipeline, url) = Self.setUp()
+            loader.isSuspended = true
+            let image = pipeline.imageTask(with: ImageRequest(url: url))
+            let bytes = pipeline.dataTask(with: ImageRequest(url: url))
+            loader.resume()
+            let (data, _) = try await bytes.response
+            _ = try await image.response
+            #expect(loader.loadCount == 1)
+            #expect(pipeline.metrics.fetch.joined == 1)
+            #expect(!data.isEmpty)
+        }
+
         @Test func oneImageIDIsStillTwoDownloadsWhileTheyRun() async throws {
             let (loader, _, pipeline, _) = Self.setUp()
             loader.isSuspended = true
@@ -689,10 +702,11 @@ extension DocumentationExampleTests {
             #expect(overhead.baselineMicrosPerRequest != nil)
         }
 
-        /// `lumen bench coalesce overhead cache --json`: one JSON object per scenario with the
+        /// `lumen bench coalesce overhead cache --json --count 200`: one JSON object per scenario with the
         /// keys the article lists (a debug build: the numbers mean nothing, the keys and counts do).
         @Test func benchJSONHasTheDocumentedKeys() async throws {
-            let outcome = try await Executables.run("lumen", ["bench", "coalesce", "overhead", "cache", "--json", "--iterations", "1"])
+            let outcome = try await Executables.run(
+                "lumen", ["bench", "coalesce", "overhead", "cache", "--json", "--iterations", "1", "--count", "200"])
             #expect(outcome.status == 0)
             let objects = try outcome.standardOutput.split(separator: "\n").map { line in
                 try #require(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
@@ -703,6 +717,7 @@ extension DocumentationExampleTests {
             #expect(Set(objects[1].keys) == common.union(["baselineMicrosPerRequest"]))
             #expect(objects[0]["scenario"] as? String == "coalesce" && objects[0]["networkRequests"] as? Int == 1)
             #expect(objects[1]["scenario"] as? String == "overhead")
+            #expect(objects[0]["requests"] as? Int == 200 && objects[1]["requests"] as? Int == 200) // --count
             #expect(Set(objects[2].keys) == [
                 "scenario", "syncHitNanos", "asyncHitNanos", "diskHitMicros", "directReadDecodeMicros",
                 "diskHitRatio", "sweepMillis", "sweepEntries",
