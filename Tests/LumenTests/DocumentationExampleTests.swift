@@ -147,6 +147,17 @@ extension DocumentationExampleTests {
             #expect(!data.isEmpty)
         }
 
+        @Test func memoryCacheOptionsAreNotPartOfAnyKey() async throws {
+            let (loader, _, pipeline, url) = Self.setUp()
+            loader.isSuspended = true
+            let plain = pipeline.imageTask(with: ImageRequest(url: url))
+            let noWrites = pipeline.imageTask(with: ImageRequest(url: url, options: [.disableMemoryCacheWrites]))
+            loader.resume()
+            _ = try await (plain.response, noWrites.response)
+            #expect(pipeline.metrics.decode.started == 1 && pipeline.metrics.decode.joined == 1)
+            #expect(pipeline.cache[ImageRequest(url: url)] != nil) // stored for the request that allowed it
+        }
+
         @Test func oneImageIDIsStillTwoDownloadsWhileTheyRun() async throws {
             let (loader, _, pipeline, _) = Self.setUp()
             loader.isSuspended = true
