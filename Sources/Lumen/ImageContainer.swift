@@ -19,6 +19,6 @@ public struct ImageContainer: Sendable {
         self.data = data
     }
 
-    /// Bytes of pixel memory: the memory cache's cost of this entry.
+    /// The memory cache's cost of this entry: bytes of pixel memory plus the kept encoded data, if any.
     public var cost: Int { image.byteCount + (data?.count ?? 0) }
 }

@@ -6,7 +6,7 @@
 public protocol ImageProcessing: Sendable {
     /// Returns the processed image. Called off the pipeline's owner, on a processing worker.
     func process(_ image: Bitmap) throws -> Bitmap
-    /// A stable string identity, e.g. `"lumen.resize?w=160&h=160&mode=fit&upscale=0"`.
+    /// A stable string identity, e.g. `"lumen.resize?width=160&height=160&contentMode=aspectFit&crop=0&upscale=0"`.
     var identifier: String { get }
     /// A cheap hashable identity; equal values mean equal output for equal input.
     var hashableIdentifier: AnyHashable { get }
