@@ -313,6 +313,43 @@ struct ProgressiveDecodingTests {
         #expect(metrics.decode.joined == 2)
     }
 
+    /// Over real HTTP with the default loader: the server pauses the body after the first scan.
+    /// Holds the DocC sample of DecodingAndDownsampling.md ("Progressive previews") verbatim.
+    @Test func realDownloadShowsAPreviewWhileTheBodyIsPaused() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let jpeg = try Self.jpeg(progressive: true, width: 640, height: 480)
+        server.serve(path: "/progressive.jpg", data: jpeg, contentType: "image/jpeg")
+        server.holdBody("/progressive.jpg", after: Self.scanBoundaries(jpeg, count: 1)[0])
+        let url = server.url(for: "/progressive.jpg")
+        var shown: [Bitmap] = []
+        func show(_ image: Bitmap) {
+            shown.append(image)
+            server.release("/progressive.jpg") // the first preview came while the body was paused
+        }
+
+        func sample() async throws {
+            // Sample:
+            var configuration = ImagePipeline.Configuration()
+            configuration.isProgressiveDecodingEnabled = true
+            let pipeline = ImagePipeline(configuration: configuration)
+
+            let task = pipeline.imageTask(with: ImageRequest(url: url, thumbnail: .maxPixelSize(320)))
+            for await event in task.events {
+                switch event {
+                case .progress: break
+                case .preview(let preview): show(preview.image) // coarse, full frame
+                case .finished(let result): show(try result.get().image)
+                }
+            }
+        }
+        try await sample()
+
+        #expect(shown.count >= 2) // at least one preview, then the final image
+        #expect(shown.allSatisfy { $0.width == 320 && $0.height == 240 })
+        #expect(server.statistics.requests(for: "/progressive.jpg") == 1)
+    }
+
     @Test func defaultDecoderMakesPreviewsOnlyFromPartialProgressiveBytes() throws {
         let decoder = ImageDecoders.Default()
         let context = ImageDecodingContext(request: ImageRequest(url: Self.url), options: DecodeOptions())
