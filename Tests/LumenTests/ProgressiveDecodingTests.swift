@@ -279,6 +279,34 @@ struct ProgressiveDecodingTests {
         #expect(setup.pipeline.metrics.decodes == 0)
     }
 
+    @Test func cancellingOneOfTwoSubscribersKeepsPreviewsComingForTheOther() async throws {
+        let setup = Setup()
+        let jpeg = try Self.jpeg(progressive: true)
+        setup.loader.serve(jpeg, for: Self.url, splitAt: Self.scanBoundaries(jpeg, count: 2))
+        let request = ImageRequest(url: Self.url)
+        let leaving = setup.pipeline.imageTask(with: request)
+        let staying = setup.pipeline.imageTask(with: request)
+        var leavingEvents = leaving.events.makeAsyncIterator()
+        var stayingEvents = staying.events.makeAsyncIterator()
+        setup.loader.releaseChunks(1)
+        #expect(await Self.nextPreview(&leavingEvents)?.isPreview == true)
+        #expect(await Self.nextPreview(&stayingEvents)?.isPreview == true)
+        leaving.cancel()
+        let (_, leftWith) = await Self.rest(&leavingEvents)
+        guard case .failure(let error)? = leftWith else {
+            Issue.record("expected a failure, got \(String(describing: leftWith))")
+            return
+        }
+        #expect(error.code == .cancelled)
+        setup.loader.releaseChunks(1)
+        #expect(await Self.nextPreview(&stayingEvents)?.isPreview == true)
+        setup.loader.holdsChunks = false
+        let final = try #require(try await Self.rest(&stayingEvents).result?.get())
+        #expect(!final.isPreview)
+        #expect(setup.loader.cancelledCount == 0)
+        #expect(setup.pipeline.metrics.previewDecodes == 2)
+    }
+
     @Test func everySubscriberGetsPreviewsIncludingOneThatJoinsMidDownload() async throws {
         let setup = Setup()
         let jpeg = try Self.jpeg(progressive: true)
