@@ -49,6 +49,8 @@ public final class DataTask: @unchecked Sendable { // mutable state guarded by t
                 switch event {
                 case .progress(let progress):
                     _progress = progress
+                case .preview:
+                    break // partial bytes are for decode stages
                 case .value(let fetched):
                     subscription = nil
                     complete(.success(fetched))

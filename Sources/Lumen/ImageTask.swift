@@ -30,7 +30,9 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     public enum Event: Sendable {
         /// More bytes arrived.
         case progress(Progress)
-        /// A progressive preview was decoded (the pipeline does not produce previews yet).
+        /// A progressive preview was decoded (``ImageResponse/isPreview`` is `true`): sent only
+        /// with ``ImagePipeline/Configuration/isProgressiveDecodingEnabled`` on, while a
+        /// progressive JPEG downloads, and never after `.finished`.
         case preview(ImageResponse)
         /// The task ended; always the last event.
         case finished(Result<ImageResponse, ImagePipeline.Error>)
@@ -110,6 +112,8 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
             case .progress(let progress):
                 _progress = progress
                 for stream in streams.values { stream.yield(.progress(progress)) }
+            case .preview(let image):
+                yieldPreview(image)
             case .value(let image):
                 subscription = nil
                 complete(.success(image))
@@ -153,8 +157,8 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         graph.sync { cancelLocked() }
     }
 
-    /// The task's events: progress, then `.finished`. A stream created after the task ended
-    /// yields only `.finished`.
+    /// The task's events: progress (and previews, when progressive decoding is on), then
+    /// `.finished`. A stream created after the task ended yields only `.finished`.
     ///
     /// The stream holds at most the 32 newest unread events (``eventBufferLimit``): progress is
     /// cumulative, so a reader that falls behind skips older steps and still gets the latest,
@@ -261,6 +265,13 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     }
 
     // MARK: - Internals (graph lock held)
+
+    /// Hands a progressive preview to the event streams (nobody else sees previews).
+    private func yieldPreview(_ image: ImageResult) {
+        guard !streams.isEmpty else { return }
+        let response = ImageResponse(container: image.container, request: request, urlResponse: image.urlResponse, cacheType: image.cacheType)
+        for stream in streams.values { stream.yield(.preview(response)) }
+    }
 
     private func complete(_ outcome: Result<ImageResult, ImagePipeline.Error>) {
         guard self.outcome == nil else { return }

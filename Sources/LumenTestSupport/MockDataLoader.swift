@@ -17,6 +17,10 @@ import FoundationNetworking
 /// loader.resume()
 /// ```
 ///
+/// Chunk by chunk: serve the body split at chosen offsets (``serve(_:for:declaredLength:splitAt:)``)
+/// and set ``holdsChunks``; each chunk then waits for ``releaseChunks(_:)``, and
+/// ``waitForChunks(_:)`` returns once the pipeline has taken a number of chunks.
+///
 /// Responses are `HTTPURLResponse`s with status 200 and a `Content-Length` header (unless
 /// the served length is declared unknown). A started load counts in ``loadCount`` before it
 /// waits for ``resume()``; a load ended by cancellation counts in ``cancelledCount``.
@@ -28,10 +32,31 @@ public final class MockDataLoader: DataLoading {
         /// The declared `Content-Length`: `nil` declares `data.count`, a negative value sends
         /// no length (unknown), any other value is sent as is (a lying server).
         public var declaredLength: Int?
+        /// Offsets where the body is cut into chunks (each chunk ends at one of them or at the
+        /// end); when empty, ``MockDataLoader/chunkSize`` decides.
+        public var splitOffsets: [Int]
 
-        public init(data: Data, declaredLength: Int? = nil) {
+        public init(data: Data, declaredLength: Int? = nil, splitAt splitOffsets: [Int] = []) {
             self.data = data
             self.declaredLength = declaredLength
+            self.splitOffsets = splitOffsets
+        }
+
+        /// The chunks' ranges: cut at ``splitOffsets`` when there are any, else every
+        /// `chunkSize` bytes (one chunk when `nil`).
+        func chunkRanges(chunkSize: Int?) -> [Range<Int>] {
+            var ends = splitOffsets.filter { $0 > 0 && $0 < data.count }.sorted()
+            if ends.isEmpty, let chunkSize {
+                ends = Array(stride(from: max(1, chunkSize), to: data.count, by: max(1, chunkSize)))
+            }
+            ends.append(data.count)
+            var ranges: [Range<Int>] = []
+            var start = 0
+            for end in ends where end > start {
+                ranges.append(start..<end)
+                start = end
+            }
+            return ranges
         }
     }
 
@@ -63,6 +88,13 @@ public final class MockDataLoader: DataLoading {
         var nextHold = 0
         var loadWaiters: [LoadWaiter] = []
         var cancelWaiters: [LoadWaiter] = []
+        var holdsChunks = false
+        var chunkPermits = 0
+        /// Chunks waiting for a permit, in arrival order.
+        var chunkHolds: [(id: Int, continuation: CheckedContinuation<Void, any Error>)] = []
+        var cancelledChunkHolds: Set<Int> = []
+        var deliveredChunks = 0
+        var chunkWaiters: [LoadWaiter] = []
     }
 
     private let state: Mutex<State>
@@ -75,9 +107,10 @@ public final class MockDataLoader: DataLoading {
 
     // MARK: - Setting up
 
-    /// Serves `data` for `url`; `declaredLength` as in ``Response/declaredLength``.
-    public func serve(_ data: Data, for url: URL, declaredLength: Int? = nil) {
-        state.withLock { $0.responses[url] = Response(data: data, declaredLength: declaredLength) }
+    /// Serves `data` for `url`; `declaredLength` as in ``Response/declaredLength``; the body
+    /// is cut into chunks at `splitAt` (offsets into `data`) when given.
+    public func serve(_ data: Data, for url: URL, declaredLength: Int? = nil, splitAt: [Int] = []) {
+        state.withLock { $0.responses[url] = Response(data: data, declaredLength: declaredLength, splitAt: splitAt) }
     }
 
     /// Makes loads of `url` throw `error` (after any suspension).
@@ -99,6 +132,52 @@ public final class MockDataLoader: DataLoading {
     public var chunkSize: Int? {
         get { state.withLock { $0.chunkSize } }
         set { state.withLock { $0.chunkSize = newValue } }
+    }
+
+    /// While `true`, every chunk of every load waits for a permit from ``releaseChunks(_:)``
+    /// before it is handed to the pipeline (a cancelled load stops waiting). Setting it to
+    /// `false` lets every chunk through.
+    public var holdsChunks: Bool {
+        get { state.withLock { $0.holdsChunks } }
+        set {
+            let released = state.withLock { state in
+                state.holdsChunks = newValue
+                guard !newValue else { return [CheckedContinuation<Void, any Error>]() }
+                let released = state.chunkHolds.map(\.continuation)
+                state.chunkHolds = []
+                return released
+            }
+            for continuation in released { continuation.resume() }
+        }
+    }
+
+    /// Lets `count` more held chunks through, first come first served.
+    public func releaseChunks(_ count: Int = 1) {
+        let released = state.withLock { state in
+            state.chunkPermits += count
+            var released: [CheckedContinuation<Void, any Error>] = []
+            while state.chunkPermits > 0, !state.chunkHolds.isEmpty {
+                state.chunkPermits -= 1
+                released.append(state.chunkHolds.removeFirst().continuation)
+            }
+            return released
+        }
+        for continuation in released { continuation.resume() }
+    }
+
+    /// Chunks the pipeline has taken so far (its callback returned), over all loads.
+    public var deliveredChunkCount: Int { state.withLock { $0.deliveredChunks } }
+
+    /// Returns once the pipeline has taken at least `count` chunks, over all loads.
+    public func waitForChunks(_ count: Int) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ready = state.withLock { state in
+                if state.deliveredChunks >= count { return true }
+                state.chunkWaiters.append(LoadWaiter(count: count, continuation: continuation))
+                return false
+            }
+            if ready { continuation.resume() }
+        }
     }
 
     /// While `true`, started loads wait (counted, holding no data) until ``resume()``.
@@ -191,13 +270,18 @@ public final class MockDataLoader: DataLoading {
             let declared = response.declaredLength ?? response.data.count
             if declared >= 0 { headers["Content-Length"] = String(declared) }
             let urlResponse = HTTPURLResponse(url: url, statusCode: 200, httpVersion: "HTTP/1.1", headerFields: headers)!
-            let step = max(1, chunkSize ?? response.data.count)
-            var offset = 0
-            while offset < response.data.count {
+            for range in response.chunkRanges(chunkSize: chunkSize) {
+                try await waitForChunkPermit()
                 try Task.checkCancellation()
-                let end = min(response.data.count, offset + step)
-                try didReceive(response.data.subdata(in: offset..<end), urlResponse)
-                offset = end
+                try didReceive(response.data.subdata(in: range), urlResponse)
+                let ready = state.withLock { state in
+                    state.deliveredChunks += 1
+                    let count = state.deliveredChunks
+                    let ready = state.chunkWaiters.filter { $0.count <= count }
+                    state.chunkWaiters.removeAll { $0.count <= count }
+                    return ready
+                }
+                ready.forEach { $0.continuation.resume() }
             }
             return urlResponse
         } catch is CancellationError {
@@ -210,6 +294,48 @@ public final class MockDataLoader: DataLoading {
             }
             ready.forEach { $0.continuation.resume() }
             throw CancellationError()
+        }
+    }
+
+    /// While ``holdsChunks`` is on, takes a permit or waits for one (or for cancellation).
+    private func waitForChunkPermit() async throws {
+        let id: Int? = state.withLock { state in
+            guard state.holdsChunks else { return nil }
+            if state.chunkPermits > 0, state.chunkHolds.isEmpty {
+                state.chunkPermits -= 1
+                return nil
+            }
+            state.nextHold += 1
+            return state.nextHold
+        }
+        guard let id else { return }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let outcome: Bool? = state.withLock { state in
+                    if state.cancelledChunkHolds.remove(id) != nil { return false }
+                    if !state.holdsChunks { return true }
+                    if state.chunkPermits > 0, state.chunkHolds.isEmpty {
+                        state.chunkPermits -= 1
+                        return true
+                    }
+                    state.chunkHolds.append((id, continuation))
+                    return nil
+                }
+                switch outcome {
+                case true?: continuation.resume()
+                case false?: continuation.resume(throwing: CancellationError())
+                case nil: break
+                }
+            }
+        } onCancel: {
+            let continuation = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+                if let index = state.chunkHolds.firstIndex(where: { $0.id == id }) {
+                    return state.chunkHolds.remove(at: index).continuation
+                }
+                state.cancelledChunkHolds.insert(id)
+                return nil
+            }
+            continuation?.resume(throwing: CancellationError())
         }
     }
 

@@ -32,6 +32,7 @@ struct PipelineSharedTaskTests {
             case .value(let v): values.append(v)
             case .failure(let e): errors.append(e.code)
             case .progress(let p): progress.append(p.completed)
+            case .preview: break
             }
         }
     }

@@ -28,6 +28,22 @@ public protocol ImageDecoding: Sendable {
     /// Decodes `data` at the size `context.options` asks for.
     /// - Throws: any error; the pipeline reports it as ``ImagePipeline/Error/Code/decodingFailed``.
     func decode(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer
+
+    /// Decodes a progressive preview from the first bytes of a download that is still
+    /// running, at the size `context.options` asks for; `nil` when these bytes make no preview.
+    ///
+    /// Called only with ``ImagePipeline/Configuration/isProgressiveDecodingEnabled`` on, when
+    /// a new scan of a progressive JPEG has arrived, on a decoding worker thread, at most once
+    /// at a time per decode stage. The pipeline marks the result as a preview
+    /// (``ImageContainer/isPreview``) and never caches it. A failure only means no preview:
+    /// the download goes on. The default implementation returns `nil` (no previews), so a
+    /// custom decoder produces previews only if it implements this.
+    func decodePreview(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer?
+}
+
+extension ImageDecoding {
+    /// No previews: the final image only.
+    public func decodePreview(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer? { nil }
 }
 
 /// Namespace for the built-in decoders.
@@ -44,6 +60,16 @@ public enum ImageDecoders {
             let decoded = try ImageDecoder.decode(data, options: context.options)
             if decoded.isPartial { throw ImagingError.truncated }
             return ImageContainer(image: decoded.bitmap, isPreview: false, format: decoded.statistics.format)
+        }
+
+        /// The partial decode of a truncated progressive JPEG: every scan that arrived, as a
+        /// complete, coarser frame at the requested size. `nil` when the bytes decode as a whole
+        /// image (the final decode will give it); a cut baseline JPEG fails as
+        /// ``ImagingError/truncated``, so it makes no preview.
+        public func decodePreview(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer? {
+            let decoded = try ImageDecoder.decode(data, options: context.options)
+            guard decoded.isPartial else { return nil }
+            return ImageContainer(image: decoded.bitmap, isPreview: true, format: decoded.statistics.format)
         }
     }
 }

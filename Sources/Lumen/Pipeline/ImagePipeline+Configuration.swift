@@ -29,6 +29,16 @@ extension ImagePipeline {
         /// Whether equivalent requests share running work at every stage. With `false`, every
         /// request builds its own chain (fetch, decode, each processor). Default `true`.
         public var isTaskCoalescingEnabled: Bool
+        /// Whether a progressive JPEG that is still downloading is decoded as it arrives, giving
+        /// ``ImageTask/Event/preview(_:)`` events: full-frame, coarser images (decoded at the
+        /// request's decode size, with its processors applied, ``ImageResponse/isPreview``
+        /// `true`) before the final image. At most one preview decode runs per decode stage at
+        /// a time (scans that arrive meanwhile are skipped, only the newest is decoded next);
+        /// the final decode supersedes any pending preview; previews are never cached and never
+        /// sent after the final image. Baseline JPEGs and other formats give no previews. Only
+        /// the decoder's ``ImageDecoding/decodePreview(_:context:)`` makes previews. Costs CPU
+        /// for every progressive download, watched or not. Default `false`.
+        public var isProgressiveDecodingEnabled: Bool
         /// Downloads (and data closures): async work, at most 6 at once by default.
         public var dataLoadingQueue: WorkQueue
         /// Decodes: dedicated worker threads, one per core by default.
@@ -63,6 +73,7 @@ extension ImagePipeline {
             self.dataCachePolicy = .storeOriginalData
             self.isHTTPCachingRespected = true
             self.isTaskCoalescingEnabled = true
+            self.isProgressiveDecodingEnabled = false
             self.dataLoadingQueue = WorkQueue(name: "lumen.data", maxConcurrentCount: 6, execution: .tasks)
             self.decodingQueue = WorkQueue(name: "lumen.decode", maxConcurrentCount: cores, execution: .threads)
             self.processingQueue = WorkQueue(name: "lumen.process", maxConcurrentCount: cores, execution: .threads)

@@ -72,8 +72,15 @@ extension ImagePipeline {
         public var networkRequestsInFlight = 0
         /// The most loader calls ever running at once.
         public var peakNetworkRequestsInFlight = 0
-        /// Calls to the decoder.
+        /// Calls to the decoder for the final image (or a processed entry read from disk);
+        /// previews are counted in ``previewDecodes``.
         public var decodes = 0
+        /// Calls to the decoder for progressive previews
+        /// (``ImageDecoding/decodePreview(_:context:)``).
+        public var previewDecodes = 0
+        /// Processors applied to progressive previews (not counted in
+        /// ``processorApplications``).
+        public var previewProcessorApplications = 0
         /// Calls to processors.
         public var processorApplications = 0
         /// Bytes received from loaders and data closures.

@@ -17,12 +17,15 @@ final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded b
         // Under `.storeEncodedImages`, original bytes are written only for requests that show
         // the original itself (no processors, no decode size): their "processed" image is it.
         if request.processors.isEmpty && request.thumbnail == nil { fetch.wantsOriginalOnDisk = true }
+        if graph.configuration.isProgressiveDecodingEnabled { fetch.enablePreviews() }
         dependency = fetch.subscribe(priority: priority) { [self] event in
             switch event {
             case .progress(let progress): send(progress: progress)
+            case .preview(let partial): decodePreview(partial)
             case .failure(let error): fail(error)
             case .value(let fetched):
                 dependency = nil
+                supersedePreviews()
                 decode(fetched)
             }
         }
@@ -76,9 +79,11 @@ final class ProcessTask: ImageStageTask, @unchecked Sendable { // state guarded 
         dependency = below.subscribe(priority: priority) { [self] event in
             switch event {
             case .progress(let progress): send(progress: progress)
+            case .preview(let input): processPreview(input)
             case .failure(let error): fail(error)
             case .value(let input):
                 dependency = nil
+                supersedePreviews()
                 process(input)
             }
         }

@@ -14,6 +14,10 @@ import FoundationNetworking
 /// replaces it. Failures are never written. `file:` and `data:` URLs, and methods other than
 /// `GET`, bypass the disk cache.
 ///
+/// With progressive decoding on, the body is scanned as it arrives and, at each new scan of a
+/// progressive JPEG, the bytes so far go to the subscribers as a `.preview` event (see
+/// ProgressiveDecoding.swift).
+///
 /// The maximum response size is enforced from the declared length at the first chunk and
 /// again while the body accumulates; an empty body is an error. Failures the retry policy
 /// allows are retried while the task still has subscribers.
@@ -26,6 +30,9 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
     /// Whether a subscriber needs the original bytes on disk even under
     /// `.storeEncodedImages` (a data request, or a request for the unprocessed original).
     @exclusivity(unchecked) var wantsOriginalOnDisk = false
+    /// Whether a decode stage asked for progressive previews: the body is then scanned for
+    /// scan boundaries as it arrives. Read off the lock by the loader's callback.
+    private let wantsPreviews = Atomic<Bool>(false)
 
     init(graph: WorkGraph, request: ImageRequest, key: FetchKey, diskKey: String?) {
         self.request = request
@@ -35,6 +42,13 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
     }
 
     override var keyDescription: String { key.description }
+
+    /// Asks for `.preview` events: the body so far each time a new scan of a progressive JPEG
+    /// has arrived (see ProgressiveDecoding.swift). A subscriber joining mid-download enables it
+    /// for the rest of the body: the scan catches up with the bytes already received once.
+    func enablePreviews() {
+        wantsPreviews.store(true, ordering: .relaxed)
+    }
 
     override func start() {
         if request.isInMemory {
@@ -169,9 +183,12 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
         let body = Body(limit: limit)
         do {
             let response = try await graph.configuration.dataLoader.loadData(for: urlRequest) { [self] chunk, response in
-                let progress = try body.append(chunk, response: response)
+                let (progress, preview) = try body.append(chunk, response: response, scanning: wantsPreviews.load(ordering: .relaxed))
                 graph.metricsStore.withLock { $0.bytesDownloaded += chunk.count }
-                graph.sync { send(progress: progress) }
+                graph.sync {
+                    send(progress: progress)
+                    if let preview { send(preview: FetchedData(data: preview, urlResponse: response)) }
+                }
             }
             try Task.checkCancellation()
             if (response as? HTTPURLResponse)?.statusCode == 304 {
@@ -199,6 +216,7 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
             var data = Data()
             var expected: Int64 = 0
             var isFirstChunk = true
+            var scanner = ProgressiveJPEGScanner()
         }
 
         private let limit: Int
@@ -208,9 +226,11 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
 
         var data: Data { state.withLock { $0.data } }
 
-        func append(_ chunk: Data, response: URLResponse) throws(ImagePipeline.Error) -> ImageTask.Progress {
+        /// Appends `chunk`; with `scanning`, also answers the body so far when it completes a
+        /// new scan of a progressive JPEG (a preview's bytes).
+        func append(_ chunk: Data, response: URLResponse, scanning: Bool) throws(ImagePipeline.Error) -> (ImageTask.Progress, Data?) {
             let limit = self.limit
-            return try state.withLock { state throws(ImagePipeline.Error) -> ImageTask.Progress in
+            return try state.withLock { state throws(ImagePipeline.Error) -> (ImageTask.Progress, Data?) in
                 if state.isFirstChunk {
                     state.isFirstChunk = false
                     state.expected = max(0, response.expectedContentLength)
@@ -221,7 +241,10 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
                 let total = state.data.count + chunk.count
                 if total > limit { throw .dataTooLarge(limit: limit, byteCount: total) }
                 state.data.append(chunk)
-                return ImageTask.Progress(completed: Int64(total), total: max(state.expected, Int64(total)))
+                let progress = ImageTask.Progress(completed: Int64(total), total: max(state.expected, Int64(total)))
+                guard scanning, state.scanner.isActive else { return (progress, nil) }
+                let isNewScan = state.data.withUnsafeBytes { state.scanner.advance(over: $0) }
+                return (progress, isNewScan ? state.data : nil)
             }
         }
     }

@@ -16,6 +16,8 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
     let readsProcessedFromDisk: Bool
     @exclusivity(unchecked) private var requestedMemoryKeys: [ImageCacheKey] = []
     @exclusivity(unchecked) private var requestedDiskKeys: [String] = []
+    /// Progressive previews in flight (see ProgressiveDecoding.swift); `nil` until the first.
+    @exclusivity(unchecked) var previews: PreviewState?
 
     init(graph: WorkGraph, request: ImageRequest, cacheKeys: RequestCacheKeys?, isFinal: Bool, stage: ImagePipeline.Stage) {
         self.request = request

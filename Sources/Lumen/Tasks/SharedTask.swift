@@ -27,6 +27,9 @@ protocol TaskSubscription: Sendable {
 class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by graph.lock
     enum Event {
         case progress(ImageTask.Progress)
+        /// A progressive preview (partial bytes at the fetch stage, a preview image above);
+        /// never sent after the task ended.
+        case preview(Value)
         case value(Value)
         case failure(ImagePipeline.Error)
     }
@@ -135,6 +138,12 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     final func send(progress: ImageTask.Progress) {
         guard !isDisposed else { return }
         for subscriber in subscribers.values { subscriber.handler(.progress(progress)) }
+    }
+
+    /// Forwards a progressive preview to every subscriber (see ProgressiveDecoding.swift).
+    final func send(preview: Value) {
+        guard !isDisposed else { return }
+        for subscriber in subscribers.values { subscriber.handler(.preview(preview)) }
     }
 
     /// Ends the task with `value`, delivered to every subscriber.
