@@ -48,7 +48,7 @@ struct FeedReport {
             ("joins to running work", { "\($0.joins)" }),
             ("requests cancelled (cell gone)", { "\($0.cancelledRequests)" }),
             ("shared work cancelled", { "\($0.workCancelled)" }),
-            ("peak concurrent downloads", { "\($0.peakConcurrentRequests)" }),
+            ("peak concurrent downloads", { "\($0.peakClientDownloads) (server: \($0.peakConcurrentRequests))" }),
             ("peak memory (RSS)", { mb($0.peakRSSBytes) }),
             ("  growth during the replay", { mb($0.peakRSSBytes - $0.startRSSBytes) }),
             ("CPU time", { String(format: "%.2f s", $0.cpuSeconds) }),

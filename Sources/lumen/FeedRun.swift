@@ -47,6 +47,10 @@ struct FeedRunStats: Codable, Sendable {
     var maxRequestsPerURL = 0
     var bytesDownloaded = 0
     var peakConcurrentRequests = 0
+    /// The most downloads in flight at once as the client saw them (request sent, response
+    /// not yet complete), counted by the child: Lumen's pipeline metrics, the naive loader's
+    /// data tasks.
+    var peakClientDownloads = 0
     /// Network requests per path (not printed: the report compares runs with it).
     var requestsByPath: [String: Int] = [:]
 
@@ -64,7 +68,8 @@ struct FeedRunStats: Codable, Sendable {
             "peakRSSBytes": peakRSSBytes, "startRSSBytes": startRSSBytes,
             "peakRSSGrowthBytes": peakRSSBytes - startRSSBytes, "cpuSeconds": (cpuSeconds * 10000).rounded() / 10000,
             "wallSeconds": (wallSeconds * 10000).rounded() / 10000,
-            "peakConcurrentRequests": peakConcurrentRequests, "failures": failures.count,
+            "peakConcurrentRequests": peakConcurrentRequests, "peakClientDownloads": peakClientDownloads,
+            "failures": failures.count,
         ]
     }
 }
@@ -114,6 +119,15 @@ struct FeedRunner {
     /// Set in a replay child's environment to have it print its progress.
     static let progressVariable = "LUMEN_FEED_PROGRESS"
 
+    /// Set to a command (split at spaces) to run each replay child under it — a profiler.
+    static let wrapperVariable = "LUMEN_FEED_CHILD_WRAPPER"
+
+    /// Set to 1 to have each replay child print its resident size as it goes, on stderr.
+    static let rssTraceVariable = "LUMEN_FEED_RSS_TRACE"
+
+    /// Set to 1 to have Lumen's replay children print every pipeline event, on stderr.
+    static let eventTraceVariable = "LUMEN_FEED_EVENT_TRACE"
+
     /// How long a replay may take before it is stopped, in seconds.
     static let childTimeLimit = 120.0
 
@@ -129,6 +143,14 @@ struct FeedRunner {
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe")
         process.arguments = ["bench-child", "feed", variant.rawValue, server.baseURL.absoluteString,
                              quick ? "quick" : "full", cacheDirectory.path, sheet?.path ?? "-"]
+        // For profiling a replay: `LUMEN_FEED_CHILD_WRAPPER="heaptrack -o /tmp/x"` runs each
+        // child under that command (split at spaces), with this executable's path appended.
+        if let wrapper = ProcessInfo.processInfo.environment[Self.wrapperVariable]?.split(separator: " ").map(String.init),
+           let tool = wrapper.first {
+            let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe"
+            process.executableURL = URL(fileURLWithPath: tool)
+            process.arguments = wrapper.dropFirst() + [executable] + (process.arguments ?? [])
+        }
         if progress != nil {
             process.environment = ProcessInfo.processInfo.environment.merging([Self.progressVariable: "1"]) { $1 }
         }
@@ -194,6 +216,29 @@ struct FeedRunner {
                 if done % 4 == 0 || done == total { print("progress \(done) \(total)") }
             }
         }
+        if ProcessInfo.processInfo.environment[rssTraceVariable] == "1" {
+            if let smaps = FileHandle(forReadingAtPath: "/proc/self/smaps").map({ String(decoding: $0.readDataToEndOfFile(), as: UTF8.self) }) {
+                printError("smaps at the start:\n" + smaps)
+            }
+            // Diagnostics on stderr: the resident size after each step, and a 2 ms sampler.
+            let start = monotonicSeconds()
+            let previous = replayer.onStep
+            replayer.onStep = { done, total in
+                previous?(done, total)
+                printError(String(format: "step %d t %.3f rss %.1f MB", done, monotonicSeconds() - start, Double(currentResidentBytes()) / 1_048_576))
+            }
+            Thread.detachNewThread {
+                var last = 0
+                while true {
+                    let rss = currentResidentBytes()
+                    if abs(rss - last) > 1 << 20 {
+                        printError(String(format: "t %.3f rss %.1f MB", monotonicSeconds() - start, Double(rss) / 1_048_576))
+                        last = rss
+                    }
+                    usleep(2000)
+                }
+            }
+        }
         var stats = FeedRunStats()
         stats.startRSSBytes = currentResidentBytes()
         let cpuStart = cpuSeconds()
@@ -202,6 +247,10 @@ struct FeedRunner {
         stats.wallSeconds = monotonicSeconds() - start
         stats.cpuSeconds = cpuSeconds() - cpuStart
         stats.peakRSSBytes = peakResidentBytes()
+        if ProcessInfo.processInfo.environment[rssTraceVariable] == "1",
+           let smaps = FileHandle(forReadingAtPath: "/proc/self/smaps").map({ String(decoding: $0.readDataToEndOfFile(), as: UTF8.self) }) {
+            printError("smaps at the end:\n" + smaps)
+        }
         stats.requests = outcome.requests
         stats.prefetches = outcome.prefetches
         stats.cancelledRequests = outcome.cancelledRequests
@@ -214,8 +263,10 @@ struct FeedRunner {
             stats.workCancelled = m.fetch.cancelled + m.decode.cancelled + m.process.cancelled
             stats.memoryHits = m.memoryCache.hits
             stats.diskHits = m.diskCache.hits
+            stats.peakClientDownloads = m.peakNetworkRequestsInFlight
         } else if let naive = loader as? NaiveFeedLoader {
             (stats.decodes, stats.decodedPixels) = naive.counter.snapshot
+            stats.peakClientDownloads = naive.downloads.peak
         }
         if let sheet, !outcome.sheet.isEmpty {
             let cells = outcome.sheet.map { FeedSheet.cell(photo: $0.photo, avatar: $0.avatar, size: trace.thumbnailPixels) }
