@@ -103,9 +103,10 @@ struct FeedRunner {
         server = try LoopbackServer()
         let bytes = try FeedAssets.serve(photos + avatars, on: server)
         trace = Self.trace(quick: quick, photos: photos, avatars: avatars)
-        progress(String(format: "serving them at %@ (%.1f MB); trace: %d cells, %d steps, %d shown, %d distinct images",
+        let largeShown = trace.shownCells.filter { photos[trace.cells[$0].photo].megapixels > 10 }.count
+        progress(String(format: "serving them at %@ (%.1f MB); trace: %d cells, %d steps, %d shown (%d of them with a 12 MP photo), %d distinct images",
                         server.baseURL.absoluteString, Double(bytes) / 1e6, trace.cells.count, trace.steps.count,
-                        trace.shownCells.count, trace.distinctImages))
+                        trace.shownCells.count, largeShown, trace.distinctImages))
     }
 
     static func trace(quick: Bool, photos: [FeedAsset], avatars: [FeedAsset]) -> FeedTrace {
@@ -246,10 +247,20 @@ struct FeedRunner {
         let outcome = runBlocking { [replayer] in await replayer.run() }
         stats.wallSeconds = monotonicSeconds() - start
         stats.cpuSeconds = cpuSeconds() - cpuStart
-        stats.peakRSSBytes = peakResidentBytes()
+        stats.peakRSSBytes = ownPeakResidentBytes() ?? peakResidentBytes()
+        if ProcessInfo.processInfo.environment[rssTraceVariable] == "1" {
+            printError("peak RSS: VmHWM \(ownPeakResidentBytes() ?? -1) bytes, ru_maxrss \(peakResidentBytes()) bytes")
+            if let cache = (loader as? LumenFeedLoader)?.pipeline.configuration.imageCache as? ImageCache {
+                printError("memory cache: \(cache.totalCount) images, \(cache.totalCost) bytes")
+            }
+        }
         if ProcessInfo.processInfo.environment[rssTraceVariable] == "1",
            let smaps = FileHandle(forReadingAtPath: "/proc/self/smaps").map({ String(decoding: $0.readDataToEndOfFile(), as: UTF8.self) }) {
             printError("smaps at the end:\n" + smaps)
+            // glibc's per-arena totals (malloc.h is not in the Glibc module).
+            if let symbol = dlsym(nil, "malloc_stats") {
+                unsafeBitCast(symbol, to: (@convention(c) () -> Void).self)()
+            }
         }
         stats.requests = outcome.requests
         stats.prefetches = outcome.prefetches
@@ -284,6 +295,24 @@ func currentResidentBytes() -> Int {
     let fields = statm.split(separator: " ")
     guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
     return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+}
+
+/// This process's own peak resident set size in bytes: `VmHWM` in `/proc/self/status`, the
+/// high-water mark of the memory map the process runs in now.
+///
+/// Not `getrusage`'s `ru_maxrss`: on Linux that survives `execve` and starts from the
+/// high-water mark of the memory map the process had before — for a child started with
+/// `posix_spawn` (which `Process` uses, sharing the parent's memory until the exec), the
+/// parent's. The feed's parent holds the loopback server's images (17–36 MB) and, on a first
+/// run, has just generated them, so `ru_maxrss` reported the parent's peak for any child
+/// that stayed below it.
+func ownPeakResidentBytes() -> Int? {
+    guard let status = FileHandle(forReadingAtPath: "/proc/self/status")?.readDataToEndOfFile() else { return nil }
+    for line in String(decoding: status, as: UTF8.self).split(separator: "\n") where line.hasPrefix("VmHWM:") {
+        let fields = line.split(separator: " ")
+        if fields.count >= 2, let kB = Int(fields[1]) { return kB * 1024 }
+    }
+    return nil
 }
 
 /// CPU time (user + system) this process has used, in seconds.
