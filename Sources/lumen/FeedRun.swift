@@ -51,6 +51,10 @@ struct FeedRunStats: Codable, Sendable {
     /// not yet complete), counted by the child: Lumen's pipeline metrics, the naive loader's
     /// data tasks.
     var peakClientDownloads = 0
+    /// Bytes of decoded images Lumen's memory cache held when the replay ended (thumbnails
+    /// and the detail view's full-size photo): the part of its memory growth that is the cache
+    /// doing its job. 0 for the naive loader, which keeps nothing.
+    var memoryCacheBytes = 0
     /// Network requests per path (not printed: the report compares runs with it).
     var requestsByPath: [String: Int] = [:]
 
@@ -69,6 +73,7 @@ struct FeedRunStats: Codable, Sendable {
             "peakRSSGrowthBytes": peakRSSBytes - startRSSBytes, "cpuSeconds": (cpuSeconds * 10000).rounded() / 10000,
             "wallSeconds": (wallSeconds * 10000).rounded() / 10000,
             "peakConcurrentRequests": peakConcurrentRequests, "peakClientDownloads": peakClientDownloads,
+            "memoryCacheBytes": memoryCacheBytes,
             "failures": failures.count,
         ]
     }
@@ -250,9 +255,6 @@ struct FeedRunner {
         stats.peakRSSBytes = ownPeakResidentBytes() ?? peakResidentBytes()
         if ProcessInfo.processInfo.environment[rssTraceVariable] == "1" {
             printError("peak RSS: VmHWM \(ownPeakResidentBytes() ?? -1) bytes, ru_maxrss \(peakResidentBytes()) bytes")
-            if let cache = (loader as? LumenFeedLoader)?.pipeline.configuration.imageCache as? ImageCache {
-                printError("memory cache: \(cache.totalCount) images, \(cache.totalCost) bytes")
-            }
         }
         if ProcessInfo.processInfo.environment[rssTraceVariable] == "1",
            let smaps = FileHandle(forReadingAtPath: "/proc/self/smaps").map({ String(decoding: $0.readDataToEndOfFile(), as: UTF8.self) }) {
@@ -275,6 +277,7 @@ struct FeedRunner {
             stats.memoryHits = m.memoryCache.hits
             stats.diskHits = m.diskCache.hits
             stats.peakClientDownloads = m.peakNetworkRequestsInFlight
+            stats.memoryCacheBytes = (lumen.pipeline.configuration.imageCache as? ImageCache)?.totalCost ?? 0
         } else if let naive = loader as? NaiveFeedLoader {
             (stats.decodes, stats.decodedPixels) = naive.counter.snapshot
             stats.peakClientDownloads = naive.downloads.peak
