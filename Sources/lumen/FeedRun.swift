@@ -149,8 +149,11 @@ struct FeedRunner {
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe")
         process.arguments = ["bench-child", "feed", variant.rawValue, server.baseURL.absoluteString,
                              quick ? "quick" : "full", cacheDirectory.path, sheet?.path ?? "-"]
-        // For profiling a replay: `LUMEN_FEED_CHILD_WRAPPER="heaptrack -o /tmp/x"` runs each
-        // child under that command (split at spaces), with this executable's path appended.
+        // For profiling a replay: `LUMEN_FEED_CHILD_WRAPPER="/usr/bin/perf record -q -o /tmp/x"`
+        // runs each child under that command (split at spaces; an absolute path), with this
+        // executable's path and the child's arguments appended. The child's stdout must come
+        // through unchanged: wrap a tool that prints there (heaptrack) in a script that drops
+        // its lines.
         if let wrapper = ProcessInfo.processInfo.environment[Self.wrapperVariable]?.split(separator: " ").map(String.init),
            let tool = wrapper.first {
             let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe"
@@ -253,11 +256,9 @@ struct FeedRunner {
         stats.wallSeconds = monotonicSeconds() - start
         stats.cpuSeconds = cpuSeconds() - cpuStart
         stats.peakRSSBytes = ownPeakResidentBytes() ?? peakResidentBytes()
-        if ProcessInfo.processInfo.environment[rssTraceVariable] == "1" {
-            printError("peak RSS: VmHWM \(ownPeakResidentBytes() ?? -1) bytes, ru_maxrss \(peakResidentBytes()) bytes")
-        }
         if ProcessInfo.processInfo.environment[rssTraceVariable] == "1",
            let smaps = FileHandle(forReadingAtPath: "/proc/self/smaps").map({ String(decoding: $0.readDataToEndOfFile(), as: UTF8.self) }) {
+            printError("peak RSS: VmHWM \(ownPeakResidentBytes() ?? -1) bytes, ru_maxrss \(peakResidentBytes()) bytes")
             printError("smaps at the end:\n" + smaps)
             // glibc's per-arena totals (malloc.h is not in the Glibc module).
             if let symbol = dlsym(nil, "malloc_stats") {
