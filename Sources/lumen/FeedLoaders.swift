@@ -47,6 +47,13 @@ final class LumenFeedLoader: FeedLoading {
         configuration.isTaskCoalescingEnabled = coalescing
         configuration.decoder = CountingDecoder(counter: counter)
         configuration.dataCache = DataCache(name: "feed", directory: cacheDirectory)
+        if ProcessInfo.processInfo.environment[FeedRunner.eventTraceVariable] == "1" {
+            // Diagnostics on stderr: every stage event, with the time since the loader started.
+            let start = monotonicSeconds()
+            configuration.eventHandler = { event in
+                printError(String(format: "event %.4f ", monotonicSeconds() - start) + "\(event)")
+            }
+        }
         pipeline = ImagePipeline(configuration: configuration)
         prefetcher = ImagePrefetcher(pipeline: pipeline)
     }
@@ -101,9 +108,16 @@ struct LumenLoad: FeedLoad {
 /// FoundationNetworking when the transfer completes at the same moment (seen in this demo:
 /// `Task.cancel` holds the task's status lock while `URLSessionTask.cancel` waits for the
 /// session's queue, which is resuming the same task).
+///
+/// Concurrency is `URLSession`'s, as for `AsyncImage`: every view's download starts at once
+/// (no app-level limit; FoundationNetworking, like Apple's, allows 6 connections per host), and
+/// decodes run on the cooperative pool as the bytes arrive. `downloads` counts the data tasks
+/// in flight as the client sees them (the loopback server's own count sees a request only
+/// while it writes the response, microseconds per image).
 final class NaiveFeedLoader: FeedLoading {
     let session: URLSession
     let counter = FeedDecodeCounter()
+    let downloads = InFlightCounter()
     private let running = Mutex<[ObjectIdentifier: NaiveLoad]>([:])
 
     init() {
@@ -120,7 +134,7 @@ final class NaiveFeedLoader: FeedLoading {
     func load(_ ref: FeedImageRef, priority: ImageRequest.Priority) -> any FeedLoad {
         let load = NaiveLoad()
         running.withLock { $0[ObjectIdentifier(load)] = load }
-        load.start(url: ref.url, session: session, counter: counter) { [weak self] in
+        load.start(url: ref.url, session: session, counter: counter, downloads: downloads) { [weak self] in
             _ = self?.running.withLock { $0.removeValue(forKey: ObjectIdentifier(load)) }
         }
         return load
@@ -148,7 +162,8 @@ final class NaiveLoad: FeedLoad {
     private let state = Mutex(State())
 
     /// Starts the download; `finished` runs when the load ends, however it ends.
-    func start(url: URL, session: URLSession, counter: FeedDecodeCounter, finished: @escaping @Sendable () -> Void) {
+    func start(url: URL, session: URLSession, counter: FeedDecodeCounter, downloads: InFlightCounter,
+               finished: @escaping @Sendable () -> Void) {
         let task = Task { [self] () throws -> Bitmap in
             defer {
                 state.withLock { $0.isDone = true }
@@ -160,6 +175,7 @@ final class NaiveLoad: FeedLoad {
                 let dataTask = state.withLock { state -> URLSessionDataTask? in
                     guard !state.isCancelled else { return nil }
                     let dataTask = session.dataTask(with: url) { data, response, error in
+                        downloads.end()
                         if let error { return continuation.resume(throwing: error) }
                         guard let data, let http = response as? HTTPURLResponse, http.statusCode == 200 else {
                             return continuation.resume(throwing: BenchError("\(url.path): unexpected response \(String(describing: response))"))
@@ -170,6 +186,7 @@ final class NaiveLoad: FeedLoad {
                     return dataTask
                 }
                 if let dataTask {
+                    downloads.begin()
                     dataTask.resume()
                 } else {
                     continuation.resume(throwing: CancellationError())
@@ -197,4 +214,20 @@ final class NaiveLoad: FeedLoad {
         guard let task = state.withLock({ $0.task }) else { return .failure(CancellationError()) }
         return await task.result
     }
+}
+
+/// Counts things in flight and the most there were at once.
+final class InFlightCounter: Sendable {
+    private let state = Mutex((now: 0, peak: 0))
+
+    func begin() {
+        state.withLock {
+            $0.now += 1
+            $0.peak = max($0.peak, $0.now)
+        }
+    }
+
+    func end() { state.withLock { $0.now -= 1 } }
+
+    var peak: Int { state.withLock { $0.peak } }
 }

@@ -48,9 +48,10 @@ struct FeedReport {
             ("joins to running work", { "\($0.joins)" }),
             ("requests cancelled (cell gone)", { "\($0.cancelledRequests)" }),
             ("shared work cancelled", { "\($0.workCancelled)" }),
-            ("peak concurrent downloads", { "\($0.peakConcurrentRequests)" }),
+            ("peak concurrent downloads", { "\($0.peakClientDownloads) (server: \($0.peakConcurrentRequests))" }),
             ("peak memory (RSS)", { mb($0.peakRSSBytes) }),
             ("  growth during the replay", { mb($0.peakRSSBytes - $0.startRSSBytes) }),
+            ("  decoded images cached at end", { mb($0.memoryCacheBytes) }),
             ("CPU time", { String(format: "%.2f s", $0.cpuSeconds) }),
             ("wall time", { String(format: "%.2f s", $0.wallSeconds) }),
         ]

@@ -47,6 +47,14 @@ struct FeedRunStats: Codable, Sendable {
     var maxRequestsPerURL = 0
     var bytesDownloaded = 0
     var peakConcurrentRequests = 0
+    /// The most downloads in flight at once as the client saw them (request sent, response
+    /// not yet complete), counted by the child: Lumen's pipeline metrics, the naive loader's
+    /// data tasks.
+    var peakClientDownloads = 0
+    /// Bytes of decoded images Lumen's memory cache held when the replay ended (thumbnails
+    /// and the detail view's full-size photo): the part of its memory growth that is the cache
+    /// doing its job. 0 for the naive loader, which keeps nothing.
+    var memoryCacheBytes = 0
     /// Network requests per path (not printed: the report compares runs with it).
     var requestsByPath: [String: Int] = [:]
 
@@ -64,7 +72,9 @@ struct FeedRunStats: Codable, Sendable {
             "peakRSSBytes": peakRSSBytes, "startRSSBytes": startRSSBytes,
             "peakRSSGrowthBytes": peakRSSBytes - startRSSBytes, "cpuSeconds": (cpuSeconds * 10000).rounded() / 10000,
             "wallSeconds": (wallSeconds * 10000).rounded() / 10000,
-            "peakConcurrentRequests": peakConcurrentRequests, "failures": failures.count,
+            "peakConcurrentRequests": peakConcurrentRequests, "peakClientDownloads": peakClientDownloads,
+            "memoryCacheBytes": memoryCacheBytes,
+            "failures": failures.count,
         ]
     }
 }
@@ -98,9 +108,10 @@ struct FeedRunner {
         server = try LoopbackServer()
         let bytes = try FeedAssets.serve(photos + avatars, on: server)
         trace = Self.trace(quick: quick, photos: photos, avatars: avatars)
-        progress(String(format: "serving them at %@ (%.1f MB); trace: %d cells, %d steps, %d shown, %d distinct images",
+        let largeShown = trace.shownCells.filter { photos[trace.cells[$0].photo].megapixels > 10 }.count
+        progress(String(format: "serving them at %@ (%.1f MB); trace: %d cells, %d steps, %d shown (%d of them with a 12 MP photo), %d distinct images",
                         server.baseURL.absoluteString, Double(bytes) / 1e6, trace.cells.count, trace.steps.count,
-                        trace.shownCells.count, trace.distinctImages))
+                        trace.shownCells.count, largeShown, trace.distinctImages))
     }
 
     static func trace(quick: Bool, photos: [FeedAsset], avatars: [FeedAsset]) -> FeedTrace {
@@ -113,6 +124,15 @@ struct FeedRunner {
 
     /// Set in a replay child's environment to have it print its progress.
     static let progressVariable = "LUMEN_FEED_PROGRESS"
+
+    /// Set to a command (split at spaces) to run each replay child under it — a profiler.
+    static let wrapperVariable = "LUMEN_FEED_CHILD_WRAPPER"
+
+    /// Set to 1 to have each replay child print its resident size as it goes, on stderr.
+    static let rssTraceVariable = "LUMEN_FEED_RSS_TRACE"
+
+    /// Set to 1 to have Lumen's replay children print every pipeline event, on stderr.
+    static let eventTraceVariable = "LUMEN_FEED_EVENT_TRACE"
 
     /// How long a replay may take before it is stopped, in seconds.
     static let childTimeLimit = 120.0
@@ -129,6 +149,17 @@ struct FeedRunner {
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe")
         process.arguments = ["bench-child", "feed", variant.rawValue, server.baseURL.absoluteString,
                              quick ? "quick" : "full", cacheDirectory.path, sheet?.path ?? "-"]
+        // For profiling a replay: `LUMEN_FEED_CHILD_WRAPPER="/usr/bin/perf record -q -o /tmp/x"`
+        // runs each child under that command (split at spaces; an absolute path), with this
+        // executable's path and the child's arguments appended. The child's stdout must come
+        // through unchanged: wrap a tool that prints there (heaptrack) in a script that drops
+        // its lines.
+        if let wrapper = ProcessInfo.processInfo.environment[Self.wrapperVariable]?.split(separator: " ").map(String.init),
+           let tool = wrapper.first {
+            let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe"
+            process.executableURL = URL(fileURLWithPath: tool)
+            process.arguments = wrapper.dropFirst() + [executable] + (process.arguments ?? [])
+        }
         if progress != nil {
             process.environment = ProcessInfo.processInfo.environment.merging([Self.progressVariable: "1"]) { $1 }
         }
@@ -194,6 +225,29 @@ struct FeedRunner {
                 if done % 4 == 0 || done == total { print("progress \(done) \(total)") }
             }
         }
+        if ProcessInfo.processInfo.environment[rssTraceVariable] == "1" {
+            if let smaps = FileHandle(forReadingAtPath: "/proc/self/smaps").map({ String(decoding: $0.readDataToEndOfFile(), as: UTF8.self) }) {
+                printError("smaps at the start:\n" + smaps)
+            }
+            // Diagnostics on stderr: the resident size after each step, and a 2 ms sampler.
+            let start = monotonicSeconds()
+            let previous = replayer.onStep
+            replayer.onStep = { done, total in
+                previous?(done, total)
+                printError(String(format: "step %d t %.3f rss %.1f MB", done, monotonicSeconds() - start, Double(currentResidentBytes()) / 1_048_576))
+            }
+            Thread.detachNewThread {
+                var last = 0
+                while true {
+                    let rss = currentResidentBytes()
+                    if abs(rss - last) > 1 << 20 {
+                        printError(String(format: "t %.3f rss %.1f MB", monotonicSeconds() - start, Double(rss) / 1_048_576))
+                        last = rss
+                    }
+                    usleep(2000)
+                }
+            }
+        }
         var stats = FeedRunStats()
         stats.startRSSBytes = currentResidentBytes()
         let cpuStart = cpuSeconds()
@@ -201,7 +255,16 @@ struct FeedRunner {
         let outcome = runBlocking { [replayer] in await replayer.run() }
         stats.wallSeconds = monotonicSeconds() - start
         stats.cpuSeconds = cpuSeconds() - cpuStart
-        stats.peakRSSBytes = peakResidentBytes()
+        stats.peakRSSBytes = ownPeakResidentBytes() ?? peakResidentBytes()
+        if ProcessInfo.processInfo.environment[rssTraceVariable] == "1",
+           let smaps = FileHandle(forReadingAtPath: "/proc/self/smaps").map({ String(decoding: $0.readDataToEndOfFile(), as: UTF8.self) }) {
+            printError("peak RSS: VmHWM \(ownPeakResidentBytes() ?? -1) bytes, ru_maxrss \(peakResidentBytes()) bytes")
+            printError("smaps at the end:\n" + smaps)
+            // glibc's per-arena totals (malloc.h is not in the Glibc module).
+            if let symbol = dlsym(nil, "malloc_stats") {
+                unsafeBitCast(symbol, to: (@convention(c) () -> Void).self)()
+            }
+        }
         stats.requests = outcome.requests
         stats.prefetches = outcome.prefetches
         stats.cancelledRequests = outcome.cancelledRequests
@@ -214,8 +277,11 @@ struct FeedRunner {
             stats.workCancelled = m.fetch.cancelled + m.decode.cancelled + m.process.cancelled
             stats.memoryHits = m.memoryCache.hits
             stats.diskHits = m.diskCache.hits
+            stats.peakClientDownloads = m.peakNetworkRequestsInFlight
+            stats.memoryCacheBytes = (lumen.pipeline.configuration.imageCache as? ImageCache)?.totalCost ?? 0
         } else if let naive = loader as? NaiveFeedLoader {
             (stats.decodes, stats.decodedPixels) = naive.counter.snapshot
+            stats.peakClientDownloads = naive.downloads.peak
         }
         if let sheet, !outcome.sheet.isEmpty {
             let cells = outcome.sheet.map { FeedSheet.cell(photo: $0.photo, avatar: $0.avatar, size: trace.thumbnailPixels) }
@@ -233,6 +299,24 @@ func currentResidentBytes() -> Int {
     let fields = statm.split(separator: " ")
     guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
     return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+}
+
+/// This process's own peak resident set size in bytes: `VmHWM` in `/proc/self/status`, the
+/// high-water mark of the memory map the process runs in now.
+///
+/// Not `getrusage`'s `ru_maxrss`: on Linux that survives `execve` and starts from the
+/// high-water mark of the memory map the process had before — for a child started with
+/// `posix_spawn` (which `Process` uses, sharing the parent's memory until the exec), the
+/// parent's. The feed's parent holds the loopback server's images (17–36 MB) and, on a first
+/// run, has just generated them, so `ru_maxrss` reported the parent's peak for any child
+/// that stayed below it.
+func ownPeakResidentBytes() -> Int? {
+    guard let status = FileHandle(forReadingAtPath: "/proc/self/status")?.readDataToEndOfFile() else { return nil }
+    for line in String(decoding: status, as: UTF8.self).split(separator: "\n") where line.hasPrefix("VmHWM:") {
+        let fields = line.split(separator: " ")
+        if fields.count >= 2, let kB = Int(fields[1]) { return kB * 1024 }
+    }
+    return nil
 }
 
 /// CPU time (user + system) this process has used, in seconds.

@@ -29,6 +29,15 @@ struct FeedDemoTests {
         #expect(naive["requests"] as? Int == lumen["requests"] as? Int)
         #expect((naive["networkRequests"] as? Int ?? 0) > network)
         #expect((object["violations"] as? [String])?.isEmpty == true, "\(object["violations"] ?? "")")
+        // Peak memory is each child's own (VmHWM), never below where its replay started, and
+        // the client-side download concurrency was counted: the naive loader had at least
+        // one data task in flight, Lumen at least one network request.
+        for run in [lumen, noCoalescing, naive] {
+            let peak = try #require(run["peakRSSBytes"] as? Int)
+            let start = try #require(run["startRSSBytes"] as? Int)
+            #expect(peak >= start && start > 0)
+            #expect((run["peakClientDownloads"] as? Int ?? 0) >= 1)
+        }
         let sheet = try #require(object["contactSheet"] as? String)
         #expect(FileManager.default.fileExists(atPath: sheet))
     }

@@ -237,6 +237,9 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
                     if state.expected > Int64(limit) {
                         throw .dataTooLarge(limit: limit, byteCount: Int(clamping: state.expected))
                     }
+                    // One buffer of the announced size: appending into a growing buffer would
+                    // copy the body a few times over and briefly hold two copies of it.
+                    if state.expected > 0 { state.data = Data(capacity: Int(state.expected)) }
                 }
                 let total = state.data.count + chunk.count
                 if total > limit { throw .dataTooLarge(limit: limit, byteCount: total) }
