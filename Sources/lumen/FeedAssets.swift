@@ -29,18 +29,11 @@ struct FeedAsset: Sendable {
 /// ``SyntheticPhotos`` and kept in a versioned temporary directory, so that reruns start at
 /// once. Bump ``directoryName`` whenever the catalogue or the generator changes.
 ///
-/// The full catalogue has 72 photos — 54 of 0.5–3 MP (mostly JPEG, every seventh WebP, one
-/// PNG) and 18 12 MP JPEGs — and 6 round avatars of 256×256 (PNG with alpha). The quick
+/// The full catalogue has 60 photos — 56 of 0.5–3 MP (mostly JPEG, every seventh WebP, one
+/// PNG) and four 12 MP JPEGs — and 6 round avatars of 256×256 (PNG with alpha). The quick
 /// catalogue (tests) has 26 photos of at most 1.9 MP and 4 avatars.
-///
-/// Why one photo in four is 12 MP: a feed shows people's photos, and phone cameras have
-/// shot 12 MP for a decade (4000×3000, or 3000×4000 held upright); an app that displays
-/// what was uploaded — which is what `AsyncImage` users get unless their backend resizes —
-/// serves those originals. The other three in four stand for images that were already
-/// resized, screenshots and web images. (v2 had 4 in 60, only three of them shown: a feed
-/// of mostly pre-resized images, where the question of decode size hardly arises.)
 enum FeedAssets {
-    static let directoryName = "lumen-feed-v3"
+    static let directoryName = "lumen-feed-v2"
 
     /// Photo sizes cycled through by the catalogue (0.5–3 MP, landscape, portrait, square).
     private static let photoSizes: [(Int, Int)] = [
@@ -52,10 +45,9 @@ enum FeedAssets {
     /// The photos and avatars, in catalogue order (photo `i` is `photos[i]`).
     static func catalogue(quick: Bool) -> (photos: [FeedAsset], avatars: [FeedAsset]) {
         var photos: [FeedAsset] = []
-        let photoCount = quick ? 26 : 72
-        // 12 MP photos sit at fixed catalogue positions so the trace can find them: one photo
-        // in four (see the type's documentation for why).
-        let largeIndices: Set<Int> = quick ? [5] : Set(stride(from: 3, to: photoCount, by: 4))
+        let photoCount = quick ? 26 : 60
+        // 12 MP photos sit at fixed catalogue positions so the trace can find them.
+        let largeIndices: Set<Int> = quick ? [5] : [7, 21, 36, 50]
         var regular = 0
         for i in 0..<photoCount {
             let (w, h): (Int, Int)

@@ -19,9 +19,8 @@ import Foundation
 ///
 /// The full trace (seed 42): scroll 0→16 with a detail view of a 3 MP photo on the way, fling
 /// to 28, scroll to 40, fling to 52, scroll to 68, then back up to 58 over cells seen before:
-/// 78 cells, 56 of them shown until loaded. The catalogue's 12 MP photos (18 of 72) are
-/// spread evenly over the shown cells but the last, which is flung past; with reposts, 22 of
-/// the 56 shown cells show a 12 MP photo. At least a quarter of the shown cells repost a photo shown earlier (more
+/// 78 cells, 56 of them shown until loaded. Three 12 MP photos are shown in cells, a fourth
+/// is flung past. At least a quarter of the shown cells repost a photo shown earlier (more
 /// when the catalogue runs short of fresh photos). Avatar 0 appears in about 40% of the cells
 /// (in the first two), and every avatar is shown in the opening screens. Cells that
 /// are only ever flung past or prefetched get photos of their own, and no cell is loaded
