@@ -44,6 +44,9 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     @exclusivity(unchecked) private(set) var isInvalidated = false
     /// Counter changes of the current critical section (see ``publishCounts()``).
     @exclusivity(unchecked) private var pendingCounts = PendingCounts()
+    /// Metrics waiters must be checked once the lock is released (a flag rather than a queued
+    /// closure: with a waiter installed, every critical section that counts sets it).
+    @exclusivity(unchecked) private var needsWaiterCheck = false
 
     init(configuration: ImagePipeline.Configuration) {
         self.configuration = configuration
@@ -58,22 +61,28 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
             result = try body()
         } catch {
             publishCounts()
-            let effects = deferred
-            deferred = []
-            lock.unlock()
-            effects.forEach { $0() }
+            runEffectsUnlocking()
             throw error
         }
         publishCounts()
-        guard !deferred.isEmpty else {
+        guard !deferred.isEmpty || needsWaiterCheck else {
             lock.unlock()
             return result
         }
+        runEffectsUnlocking()
+        return result
+    }
+
+    /// Releases the lock, then runs the queued effects and, last, the metrics waiters' check.
+    /// Must hold the lock.
+    private func runEffectsUnlocking() {
         let effects = deferred
         deferred = []
+        let checksWaiters = needsWaiterCheck
+        needsWaiterCheck = false
         lock.unlock()
         effects.forEach { $0() }
-        return result
+        if checksWaiters { metricsStore.checkWaiters() }
     }
 
     /// Publishes the counters changed in this critical section, in one update of the metrics
@@ -84,10 +93,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         guard pendingCounts.isChanged else { return }
         let counts = pendingCounts
         pendingCounts = PendingCounts()
-        if metricsStore.update({ counts.apply(to: &$0) }) {
-            let store = metricsStore
-            deferred.append { store.checkWaiters() }
-        }
+        if metricsStore.update({ counts.apply(to: &$0) }) { needsWaiterCheck = true }
     }
 
     /// Queues `effect` to run after the lock is released. Must hold the lock.
@@ -119,6 +125,12 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     /// lock.
     func count(_ stage: ImagePipeline.Stage, _ update: (inout ImagePipeline.Metrics.StageMetrics) -> Void) {
         update(&pendingCounts[stage])
+        pendingCounts.isChanged = true
+    }
+
+    /// Counts a shared task created in this critical section. Must hold the lock.
+    func countTaskCreated() {
+        pendingCounts.liveTasks += 1
         pendingCounts.isChanged = true
     }
 
@@ -246,6 +258,8 @@ struct PendingCounts {
 
     var isChanged = false
     var liveRequests = 0
+    /// Shared tasks created (their release is counted by their `deinit`, off the lock).
+    var liveTasks = 0
     /// Deltas of each stage's counters.
     var fetch = StageMetrics(), decode = StageMetrics(), process = StageMetrics()
 
@@ -268,6 +282,7 @@ struct PendingCounts {
 
     func apply(to metrics: inout ImagePipeline.Metrics) {
         metrics.liveRequests += liveRequests
+        metrics.liveTasks += liveTasks
         Self.add(fetch, to: &metrics.fetch)
         Self.add(decode, to: &metrics.decode)
         Self.add(process, to: &metrics.process)

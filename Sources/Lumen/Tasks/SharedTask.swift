@@ -63,9 +63,8 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     init(graph: WorkGraph, stage: ImagePipeline.Stage) {
         self.graph = graph
         self.stage = stage
-        // Created under the graph's lock: waiters' conditions are checked after unlocking.
-        let store = graph.metricsStore
-        if store.update({ $0.liveTasks += 1 }) { graph.afterUnlock { store.checkWaiters() } }
+        // Created under the graph's lock: counted with the critical section's other changes.
+        graph.countTaskCreated()
     }
 
     deinit {
