@@ -175,13 +175,28 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
 
     /// Every key of `request`, and the longest processor prefix the memory cache holds.
     /// Keys hash processors' identities (user code): call it without the lock.
-    /// `finalMemoryKey`: the request's final memory key when the caller has it.
-    func requestKeys(for request: ImageRequest, finalMemoryKey: ImageCacheKey?) -> RequestKeys {
+    /// `finalMemoryKey`: the request's final memory key when the caller has it; `decode`: its
+    /// decode key when the caller has it.
+    func requestKeys(for request: ImageRequest, finalMemoryKey: ImageCacheKey?, decode: DecodeKey? = nil) -> RequestKeys {
         let caches = self.caches
         let readsPrefix = request.processors.count > 0 && caches.hasImageCache && CacheLayers.readsMemory(request.options)
         return RequestKeys(
             request, memoryCache: caches.hasImageCache, diskCache: caches.hasDataCache, finalMemoryKey: finalMemoryKey,
-            cachedImage: readsPrefix ? { caches.cachedImage(for: $0) } : nil)
+            cachedImage: readsPrefix ? { caches.cachedImage(for: $0) } : nil, decode: decode)
+    }
+
+    /// Whether `request`'s keys can be made under the lock, from its decode key and its final
+    /// memory key (`finalMemoryKey`, required when there is a memory cache): a request without
+    /// processors (no user code hashes their identities) in a pipeline without a disk cache
+    /// (no disk key to derive). Such a request joining running work needs nothing more than
+    /// its decode key; the other keys are made only when it starts new work.
+    func makesKeysUnderLock(for request: ImageRequest, finalMemoryKey: ImageCacheKey?) -> Bool {
+        request.processors.isEmpty && !caches.hasDataCache && (finalMemoryKey != nil || !caches.hasImageCache)
+    }
+
+    /// The decode task running for `key`, when coalescing is on. Must hold the lock.
+    func runningDecodeTask(for key: DecodeKey) -> DecodeTask? {
+        configuration.isTaskCoalescingEnabled ? decodePool[key] : nil
     }
 
     /// The task fetching `request`'s original data: shared when coalescing is on. `diskKey` is

@@ -188,11 +188,12 @@ final class RequestKeys: Sendable {
     /// - Parameters:
     ///   - finalMemoryKey: the request's final memory key when the caller has it.
     ///   - cachedImage: looks up an intermediate result in the memory cache (`nil`: don't).
+    ///   - decode: the request's decode key when the caller has it.
     init(
         _ request: ImageRequest, memoryCache: Bool = false, diskCache: Bool = false, finalMemoryKey: ImageCacheKey? = nil,
-        cachedImage: ((ImageCacheKey) -> ImageContainer?)? = nil
+        cachedImage: ((ImageCacheKey) -> ImageContainer?)? = nil, decode: DecodeKey? = nil
     ) {
-        let decode = DecodeKey(request)
+        let decode = decode ?? DecodeKey(request)
         self.decode = decode
         let count = request.processors.count
         process = count == 0 ? [] : (1...count).map { ProcessKey(decode: decode, request: request, processorCount: $0) }
