@@ -194,6 +194,18 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         request.processors.isEmpty && !caches.hasDataCache && (finalMemoryKey != nil || !caches.hasImageCache)
     }
 
+    /// Removes a task that ended from its stage's pool (see ``SharedTask/isPooled``): a
+    /// check of its class rather than a closure per task. Must hold the lock.
+    func removeFromPool(_ task: AnyObject) {
+        if let task = task as? DecodeTask {
+            decodePool[task.key] = nil
+        } else if let task = task as? FetchTask {
+            fetchPool[task.key] = nil
+        } else if let task = task as? ProcessTask {
+            processPool[task.key] = nil
+        }
+    }
+
     /// The decode task running for `key`, when coalescing is on. Must hold the lock.
     func runningDecodeTask(for key: DecodeKey) -> DecodeTask? {
         configuration.isTaskCoalescingEnabled ? decodePool[key] : nil
@@ -207,7 +219,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         if let task = fetchPool[key] { return task }
         let task = FetchTask(graph: self, request: request, key: key, diskKey: diskKey)
         fetchPool[key] = task
-        task.onDisposed = { [unowned self] in fetchPool[key] = nil }
+        task.isPooled = true
         return task
     }
 
@@ -223,7 +235,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
             let decodeKey = keys.decode
             let task = DecodeTask(graph: self, request: request, key: decodeKey, cacheKeys: keys.cache, isFinal: isFinal)
             decodePool[decodeKey] = task
-            task.onDisposed = { [unowned self] in decodePool[decodeKey] = nil }
+            task.isPooled = true
             return task
         }
         let key = keys.process[processorCount - 1]
@@ -233,7 +245,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         if let task = processPool[key] { return task }
         let task = ProcessTask(graph: self, request: request, keys: keys, processorCount: processorCount, isFinal: isFinal)
         processPool[key] = task
-        task.onDisposed = { [unowned self] in processPool[key] = nil }
+        task.isPooled = true
         return task
     }
 }
