@@ -60,7 +60,8 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     @exclusivity(unchecked) private var freeSlots: [Int] = []
     @exclusivity(unchecked) private var subscriberCount = 0
     @exclusivity(unchecked) private var nextID = 0
-    @exclusivity(unchecked) private var priorityCounts = [Int](repeating: 0, count: ImageRequest.Priority.allCases.count)
+    /// Live subscribers per priority level (inline: no array allocated per task).
+    @exclusivity(unchecked) private var priorityCounts = InlineArray<5, Int>(repeating: 0)
     @exclusivity(unchecked) private(set) var priority = ImageRequest.Priority.veryLow
     @exclusivity(unchecked) private var isStarted = false
     @exclusivity(unchecked) private(set) var isDisposed = false
@@ -75,6 +76,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     @exclusivity(unchecked) var onDisposed: (() -> Void)?
 
     init(graph: WorkGraph, stage: ImagePipeline.Stage) {
+        assert(ImageRequest.Priority.allCases.count == 5, "SharedTask: one priority count per level")
         self.graph = graph
         self.stage = stage
         // Created under the graph's lock: counted with the critical section's other changes.
@@ -155,7 +157,9 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     }
 
     private func updatePriority() {
-        let newPriority = ImageRequest.Priority(rawValue: priorityCounts.lastIndex { $0 > 0 } ?? 0) ?? .veryLow
+        var level = priorityCounts.count - 1
+        while level > 0 && priorityCounts[level] == 0 { level -= 1 }
+        let newPriority = ImageRequest.Priority(rawValue: level) ?? .veryLow
         guard newPriority != priority else { return }
         priority = newPriority
         if let operation { operation.queue.setPriority(operation.item, newPriority) }
