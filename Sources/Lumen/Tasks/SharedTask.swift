@@ -50,12 +50,43 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
         var handler: Handler?
     }
 
+    /// Subscriber slots: slot 0 inline, the others in an array.
+    private struct Slots {
+        private var first: Subscriber?
+        private var others: [Subscriber] = []
+
+        var count: Int { first == nil ? 0 : others.count + 1 }
+
+        /// Adds a slot holding `subscriber`; answers its index.
+        mutating func append(_ subscriber: Subscriber) -> Int {
+            guard first != nil else {
+                first = subscriber
+                return 0
+            }
+            others.append(subscriber)
+            return others.count
+        }
+
+        subscript(slot: Int) -> Subscriber {
+            get { slot == 0 ? first! : others[slot - 1] }
+            set {
+                if slot == 0 { first = newValue } else { others[slot - 1] = newValue }
+            }
+        }
+
+        func forEach(_ body: (Subscriber) -> Void) {
+            guard let first else { return }
+            body(first)
+            others.forEach(body)
+        }
+    }
+
     let graph: WorkGraph
     let stage: ImagePipeline.Stage
-    /// Subscribers in slots (an array, not a dictionary: joining appends, leaving clears its
-    /// slot, which a later subscriber reuses, so the list never outgrows the most subscribers
-    /// the task had at once).
-    @exclusivity(unchecked) private var subscribers: [Subscriber] = []
+    /// Subscribers in slots (not a dictionary: joining appends, leaving clears its slot,
+    /// which a later subscriber reuses, so the list never outgrows the most subscribers the
+    /// task had at once). The first slot is inline: most tasks have one subscriber.
+    @exclusivity(unchecked) private var subscribers = Slots()
     /// Slots cleared by subscribers that left, for reuse.
     @exclusivity(unchecked) private var freeSlots: [Int] = []
     @exclusivity(unchecked) private var subscriberCount = 0
@@ -108,8 +139,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
             slot = free
             subscribers[slot] = subscriber
         } else {
-            slot = subscribers.count
-            subscribers.append(subscriber)
+            slot = subscribers.append(subscriber)
         }
         subscriberCount += 1
         priorityCounts[priority.rawValue] += 1
@@ -171,7 +201,8 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     /// Forwards progress to every subscriber.
     final func send(progress: ImageTask.Progress) {
         guard !isDisposed else { return }
-        for subscriber in subscribers { subscriber.handler?(.progress(progress)) }
+        let current = subscribers
+        current.forEach { $0.handler?(.progress(progress)) }
     }
 
     /// Ends the task with `value`, delivered to every subscriber.
@@ -181,7 +212,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
         dispose()
         graph.count(stage) { $0.completed += 1 }
         graph.emit(.completed(stage, key: keyDescription))
-        for subscriber in current { subscriber.handler?(.value(value)) }
+        current.forEach { $0.handler?(.value(value)) }
     }
 
     /// Ends the task with `error`, delivered to every subscriber; the task leaves its pool at
@@ -194,7 +225,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
         graph.emit(.failed(stage, key: keyDescription, error))
         let stage = stage, key = keyDescription
         graph.log { "\(stage) failed for \(key): \(error)" }
-        for subscriber in current { subscriber.handler?(.failure(error)) }
+        current.forEach { $0.handler?(.failure(error)) }
     }
 
     /// The last subscriber left: stop the operation, release the dependency.
@@ -210,7 +241,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
 
     private func dispose() {
         isDisposed = true
-        subscribers = []
+        subscribers = Slots()
         freeSlots = []
         subscriberCount = 0
         operation = nil
