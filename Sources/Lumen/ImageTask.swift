@@ -103,12 +103,18 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     /// ``WorkGraph/makesKeysUnderLock(for:finalMemoryKey:)``: a joining subscriber then builds
     /// no keys at all. Must hold the graph's lock.
     func startLocked(decodeKey: DecodeKey, finalMemoryKey: ImageCacheKey?) {
-        guard outcome == nil, !graph.isInvalidated, let top = graph.runningDecodeTask(for: decodeKey) else {
+        guard outcome == nil, !graph.isInvalidated else {
             startLocked(keys: graph.requestKeys(for: request, finalMemoryKey: finalMemoryKey, decode: decodeKey))
             return
         }
-        // The keys `startLocked(keys:)` would pass: the final memory key (nil without a memory
-        // cache), and no processed disk key (there is no disk cache).
+        // What `startLocked(keys:)` would use: without processors the top stage is the decode;
+        // the cache keys are the memory keys alone (there is no disk cache), whose final key
+        // is `finalMemoryKey` (nil without a memory cache); no processed disk key.
+        let top = graph.runningDecodeTask(for: decodeKey) ?? graph.newDecodeTask(
+            for: request, key: decodeKey,
+            cacheKeys: graph.caches.hasImageCache
+                ? RequestCacheKeys(request, memory: true, disk: false, finalMemoryKey: finalMemoryKey) : nil,
+            isFinal: true)
         subscribe(to: top, memoryKey: finalMemoryKey, processedDiskKey: nil)
     }
 

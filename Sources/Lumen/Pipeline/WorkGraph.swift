@@ -206,6 +206,17 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         }
     }
 
+    /// A new decode task, put in the pool when coalescing is on (the caller found none there).
+    /// Must hold the lock.
+    func newDecodeTask(for request: ImageRequest, key: DecodeKey, cacheKeys: RequestCacheKeys?, isFinal: Bool) -> DecodeTask {
+        let task = DecodeTask(graph: self, request: request, key: key, cacheKeys: cacheKeys, isFinal: isFinal)
+        if configuration.isTaskCoalescingEnabled {
+            decodePool[key] = task
+            task.isPooled = true
+        }
+        return task
+    }
+
     /// The decode task running for `key`, when coalescing is on. Must hold the lock.
     func runningDecodeTask(for key: DecodeKey) -> DecodeTask? {
         configuration.isTaskCoalescingEnabled ? decodePool[key] : nil
@@ -228,15 +239,8 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     /// its processed entry on disk before depending on the stage below).
     func imageTask(for request: ImageRequest, keys: RequestKeys, processorCount: Int, isFinal: Bool) -> ImageStageTask {
         guard processorCount > 0 else {
-            guard configuration.isTaskCoalescingEnabled else {
-                return DecodeTask(graph: self, request: request, key: keys.decode, cacheKeys: keys.cache, isFinal: isFinal)
-            }
-            if let task = decodePool[keys.decode] { return task } // joining: no copy of the key
-            let decodeKey = keys.decode
-            let task = DecodeTask(graph: self, request: request, key: decodeKey, cacheKeys: keys.cache, isFinal: isFinal)
-            decodePool[decodeKey] = task
-            task.isPooled = true
-            return task
+            if configuration.isTaskCoalescingEnabled, let task = decodePool[keys.decode] { return task } // joining: no copy of the key
+            return newDecodeTask(for: request, key: keys.decode, cacheKeys: keys.cache, isFinal: isFinal)
         }
         let key = keys.process[processorCount - 1]
         guard configuration.isTaskCoalescingEnabled else {
