@@ -220,7 +220,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
             } onCancel: {
                 cancel()
             }
-            return try finishedResult.get()
+            return try finishedResponse()
         }
     }
 
@@ -240,7 +240,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         } onCancel: {
             cancel()
         }
-        return try finishedResult.get()
+        return try finishedResponse()
     }
 
     /// Computes the keys (without the lock), subscribes and registers `continuation`.
@@ -288,12 +288,19 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         return outcome.map { ImageResponse(container: $0.container, request: request, urlResponse: $0.urlResponse, cacheType: $0.cacheType) }
     }
 
-    /// The result after a waiter was resumed. Read without the lock: it is set, under the
-    /// lock, before any waiter is resumed (the resumption orders the accesses) and never
-    /// changes afterwards.
-    private var finishedResult: Result<ImageResponse, ImagePipeline.Error> {
-        guard let result else { preconditionFailure("ImageTask: resumed without a result") }
-        return result
+    /// The response after a waiter was resumed, built straight from the outcome (no
+    /// intermediate `Result` to copy and destroy: this runs once per awaiting request). Reads
+    /// the outcome without the lock: it is set, under the lock, before any waiter is resumed
+    /// (the resumption orders the accesses) and never changes afterwards.
+    private func finishedResponse() throws(ImagePipeline.Error) -> ImageResponse {
+        switch outcome {
+        case .success(let image)?:
+            return ImageResponse(container: image.container, request: request, urlResponse: image.urlResponse, cacheType: image.cacheType)
+        case .failure(let error)?:
+            throw error
+        case nil:
+            preconditionFailure("ImageTask: resumed without a result")
+        }
     }
 
     /// The image, once the task ends. Cancelling the awaiting Swift task cancels this task.
