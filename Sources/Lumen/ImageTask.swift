@@ -95,15 +95,42 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
             complete(.failure(.pipelineInvalidated))
             return
         }
-        graph.register(self)
         let count = request.processors.count
         let top = graph.imageTask(for: request, keys: keys, processorCount: count, isFinal: true)
+        subscribe(to: top, memoryKey: keys.finalMemoryKey, processedDiskKey: keys.processedDiskKey)
+    }
+
+    /// Joins the running decode for `decodeKey`, or makes the request's keys and starts as
+    /// ``startLocked(keys:)`` does. Only for requests whose keys
+    /// ``WorkGraph/makesKeysUnderLock(for:finalMemoryKey:)``: a joining subscriber then builds
+    /// no keys at all. Must hold the graph's lock.
+    func startLocked(decodeKey: DecodeKey, finalMemoryKey: ImageCacheKey?) {
+        guard outcome == nil, !graph.isInvalidated else {
+            startLocked(keys: graph.requestKeys(for: request, finalMemoryKey: finalMemoryKey, decode: decodeKey))
+            return
+        }
+        // What `startLocked(keys:)` would use: without processors the top stage is the decode;
+        // the cache keys are the memory keys alone (there is no disk cache), whose final key
+        // is `finalMemoryKey` (nil without a memory cache); no processed disk key.
+        let top = graph.runningDecodeTask(for: decodeKey) ?? graph.newDecodeTask(
+            for: request, key: decodeKey,
+            cacheKeys: graph.caches.hasImageCache
+                ? RequestCacheKeys(request, memory: true, disk: false, finalMemoryKey: finalMemoryKey) : nil,
+            isFinal: true)
+        subscribe(to: top, memoryKey: finalMemoryKey, processedDiskKey: nil)
+    }
+
+    /// Registers the request and subscribes to `top`, its final stage, whose image is stored
+    /// under `memoryKey` and `processedDiskKey` as the request's options allow. Must hold the
+    /// graph's lock.
+    private func subscribe(to top: ImageStageTask, memoryKey: ImageCacheKey?, processedDiskKey: String?) {
+        graph.register(self)
         // This request's own cache-write permissions: the stage is shared with requests whose
         // options may differ.
         let options = request.options
         top.markRequested(
-            memoryKey: options.contains(.disableMemoryCacheWrites) ? nil : keys.finalMemoryKey,
-            diskKey: CacheLayers.writesDisk(options) ? keys.processedDiskKey : nil)
+            memoryKey: options.contains(.disableMemoryCacheWrites) ? nil : memoryKey,
+            diskKey: CacheLayers.writesDisk(options) ? processedDiskKey : nil)
         // Unowned: the graph keeps the task alive while it is registered (which outlasts the
         // subscription), and the Swift task awaiting it, not the stage finishing it, then
         // releases it last.
@@ -197,7 +224,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
             } onCancel: {
                 cancel()
             }
-            return try finishedResult.get()
+            return try finishedResponse()
         }
     }
 
@@ -217,7 +244,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         } onCancel: {
             cancel()
         }
-        return try finishedResult.get()
+        return try finishedResponse()
     }
 
     /// Computes the keys (without the lock), subscribes and registers `continuation`.
@@ -225,8 +252,17 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     private func subscribe(waiting continuation: Waiter) {
         let finalMemoryKey = pendingFinalMemoryKey
         pendingFinalMemoryKey = nil
-        let keys = graph.requestKeys(for: request, finalMemoryKey: finalMemoryKey)
-        wait(continuation, startingWith: keys)
+        guard graph.makesKeysUnderLock(for: request, finalMemoryKey: finalMemoryKey) else {
+            let keys = graph.requestKeys(for: request, finalMemoryKey: finalMemoryKey)
+            wait(continuation, startingWith: keys)
+            return
+        }
+        let decodeKey = DecodeKey(request)
+        let isFinished: Bool = graph.sync {
+            startLocked(decodeKey: decodeKey, finalMemoryKey: finalMemoryKey)
+            return registerLocked(continuation)
+        }
+        if isFinished { continuation.resume() }
     }
 
     /// Subscribes with `keys` when given, then resumes `continuation` once there is a result
@@ -235,11 +271,17 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     private func wait(_ continuation: Waiter, startingWith keys: RequestKeys?) {
         let isFinished: Bool = graph.sync {
             if let keys { startLocked(keys: keys) }
-            if outcome != nil { return true }
-            if waiter == nil { waiter = continuation } else { moreWaiters.append(continuation) }
-            return false
+            return registerLocked(continuation)
         }
         if isFinished { continuation.resume() }
+    }
+
+    /// Keeps `continuation` to resume when the task ends; answers `true`, keeping nothing, if
+    /// it has ended. Must hold the graph's lock.
+    private func registerLocked(_ continuation: Waiter) -> Bool {
+        if outcome != nil { return true }
+        if waiter == nil { waiter = continuation } else { moreWaiters.append(continuation) }
+        return false
     }
 
     /// The response or the error, once the task ended. Must hold the graph's lock, or be
@@ -250,12 +292,19 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         return outcome.map { ImageResponse(container: $0.container, request: request, urlResponse: $0.urlResponse, cacheType: $0.cacheType) }
     }
 
-    /// The result after a waiter was resumed. Read without the lock: it is set, under the
-    /// lock, before any waiter is resumed (the resumption orders the accesses) and never
-    /// changes afterwards.
-    private var finishedResult: Result<ImageResponse, ImagePipeline.Error> {
-        guard let result else { preconditionFailure("ImageTask: resumed without a result") }
-        return result
+    /// The response after a waiter was resumed, built straight from the outcome (no
+    /// intermediate `Result` to copy and destroy: this runs once per awaiting request). Reads
+    /// the outcome without the lock: it is set, under the lock, before any waiter is resumed
+    /// (the resumption orders the accesses) and never changes afterwards.
+    private func finishedResponse() throws(ImagePipeline.Error) -> ImageResponse {
+        switch outcome {
+        case .success(let image)?:
+            return ImageResponse(container: image.container, request: request, urlResponse: image.urlResponse, cacheType: image.cacheType)
+        case .failure(let error)?:
+            throw error
+        case nil:
+            preconditionFailure("ImageTask: resumed without a result")
+        }
     }
 
     /// The image, once the task ends. Cancelling the awaiting Swift task cancels this task.

@@ -148,14 +148,26 @@ final class MetricsStore: Sendable {
         var continuation: CheckedContinuation<Void, Never>
     }
 
+    private typealias Condition = @Sendable (ImagePipeline.Metrics) -> Bool
+
     private struct State {
         var metrics = ImagePipeline.Metrics()
         var waiters: [Int: Waiter] = [:]
+        /// The registered waiters' conditions, kept beside ``waiters`` so that a check takes
+        /// them with one retain instead of building an array on every counter update.
+        var conditions: [(id: Int, condition: Condition)] = []
         var nextID = 0
         /// Ids handed out whose waiter is not registered yet.
         var pending: Set<Int> = []
         /// Pending ids cancelled before they registered.
         var cancelled: Set<Int> = []
+
+        /// Removes the waiter `id` and its condition; `nil` if it is not registered.
+        mutating func removeWaiter(_ id: Int) -> Waiter? {
+            guard let waiter = waiters.removeValue(forKey: id) else { return nil }
+            conditions.removeAll { $0.id == id }
+            return waiter
+        }
     }
 
     private let state = Mutex(State())
@@ -187,11 +199,11 @@ final class MetricsStore: Sendable {
     /// Evaluates the waiters' conditions on a snapshot with no lock held, and resumes those
     /// satisfied (each once: a waiter is resumed by whoever removes it).
     func checkWaiters() {
-        let (metrics, waiters) = state.withLock { ($0.metrics, $0.waiters.map { ($0.key, $0.value.condition) }) }
-        guard !waiters.isEmpty else { return }
-        let satisfied = waiters.filter { $0.1(metrics) }.map(\.0)
+        let (metrics, conditions) = state.withLock { ($0.metrics, $0.conditions) }
+        var satisfied: [Int] = [] // allocated only when a condition holds
+        for entry in conditions where entry.condition(metrics) { satisfied.append(entry.id) }
         guard !satisfied.isEmpty else { return }
-        let ready: [Waiter] = state.withLock { state in satisfied.compactMap { state.waiters.removeValue(forKey: $0) } }
+        let ready: [Waiter] = state.withLock { state in satisfied.compactMap { state.removeWaiter($0) } }
         for waiter in ready { waiter.continuation.resume() }
     }
 
@@ -209,6 +221,7 @@ final class MetricsStore: Sendable {
                     state.pending.remove(id)
                     if state.cancelled.remove(id) != nil { return false }
                     state.waiters[id] = Waiter(condition: condition, continuation: continuation)
+                    state.conditions.append((id, condition))
                     return true
                 }
                 // Registered first, then checked: an update after registration checks again,
@@ -217,7 +230,7 @@ final class MetricsStore: Sendable {
             }
         } onCancel: {
             let waiter = state.withLock { state -> Waiter? in
-                if let waiter = state.waiters.removeValue(forKey: id) { return waiter }
+                if let waiter = state.removeWaiter(id) { return waiter }
                 if state.pending.contains(id) { state.cancelled.insert(id) }
                 return nil
             }

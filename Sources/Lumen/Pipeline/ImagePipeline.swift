@@ -84,9 +84,14 @@ public final class ImagePipeline: Sendable {
     /// the request's final memory key, computed once by the caller (`nil` without a memory
     /// cache).
     private func startTask(with request: ImageRequest, finalMemoryKey: ImageCacheKey?) -> ImageTask {
-        let keys = graph.requestKeys(for: request, finalMemoryKey: finalMemoryKey)
         let task = ImageTask(request: request, graph: graph)
-        graph.sync { task.startLocked(keys: keys) }
+        if graph.makesKeysUnderLock(for: request, finalMemoryKey: finalMemoryKey) {
+            let decodeKey = DecodeKey(request)
+            graph.sync { task.startLocked(decodeKey: decodeKey, finalMemoryKey: finalMemoryKey) }
+        } else {
+            let keys = graph.requestKeys(for: request, finalMemoryKey: finalMemoryKey)
+            graph.sync { task.startLocked(keys: keys) }
+        }
         return task
     }
 

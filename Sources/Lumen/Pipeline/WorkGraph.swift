@@ -44,6 +44,9 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     @exclusivity(unchecked) private(set) var isInvalidated = false
     /// Counter changes of the current critical section (see ``publishCounts()``).
     @exclusivity(unchecked) private var pendingCounts = PendingCounts()
+    /// Metrics waiters must be checked once the lock is released (a flag rather than a queued
+    /// closure: with a waiter installed, every critical section that counts sets it).
+    @exclusivity(unchecked) private var needsWaiterCheck = false
 
     init(configuration: ImagePipeline.Configuration) {
         self.configuration = configuration
@@ -58,22 +61,28 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
             result = try body()
         } catch {
             publishCounts()
-            let effects = deferred
-            deferred = []
-            lock.unlock()
-            effects.forEach { $0() }
+            runEffectsUnlocking()
             throw error
         }
         publishCounts()
-        guard !deferred.isEmpty else {
+        guard !deferred.isEmpty || needsWaiterCheck else {
             lock.unlock()
             return result
         }
+        runEffectsUnlocking()
+        return result
+    }
+
+    /// Releases the lock, then runs the queued effects and, last, the metrics waiters' check.
+    /// Must hold the lock.
+    private func runEffectsUnlocking() {
         let effects = deferred
         deferred = []
+        let checksWaiters = needsWaiterCheck
+        needsWaiterCheck = false
         lock.unlock()
         effects.forEach { $0() }
-        return result
+        if checksWaiters { metricsStore.checkWaiters() }
     }
 
     /// Publishes the counters changed in this critical section, in one update of the metrics
@@ -84,10 +93,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         guard pendingCounts.isChanged else { return }
         let counts = pendingCounts
         pendingCounts = PendingCounts()
-        if metricsStore.update({ counts.apply(to: &$0) }) {
-            let store = metricsStore
-            deferred.append { store.checkWaiters() }
-        }
+        if metricsStore.update({ counts.apply(to: &$0) }) { needsWaiterCheck = true }
     }
 
     /// Queues `effect` to run after the lock is released. Must hold the lock.
@@ -119,6 +125,12 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     /// lock.
     func count(_ stage: ImagePipeline.Stage, _ update: (inout ImagePipeline.Metrics.StageMetrics) -> Void) {
         update(&pendingCounts[stage])
+        pendingCounts.isChanged = true
+    }
+
+    /// Counts a shared task created in this critical section. Must hold the lock.
+    func countTaskCreated() {
+        pendingCounts.liveTasks += 1
         pendingCounts.isChanged = true
     }
 
@@ -163,13 +175,51 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
 
     /// Every key of `request`, and the longest processor prefix the memory cache holds.
     /// Keys hash processors' identities (user code): call it without the lock.
-    /// `finalMemoryKey`: the request's final memory key when the caller has it.
-    func requestKeys(for request: ImageRequest, finalMemoryKey: ImageCacheKey?) -> RequestKeys {
+    /// `finalMemoryKey`: the request's final memory key when the caller has it; `decode`: its
+    /// decode key when the caller has it.
+    func requestKeys(for request: ImageRequest, finalMemoryKey: ImageCacheKey?, decode: DecodeKey? = nil) -> RequestKeys {
         let caches = self.caches
         let readsPrefix = request.processors.count > 0 && caches.hasImageCache && CacheLayers.readsMemory(request.options)
         return RequestKeys(
             request, memoryCache: caches.hasImageCache, diskCache: caches.hasDataCache, finalMemoryKey: finalMemoryKey,
-            cachedImage: readsPrefix ? { caches.cachedImage(for: $0) } : nil)
+            cachedImage: readsPrefix ? { caches.cachedImage(for: $0) } : nil, decode: decode)
+    }
+
+    /// Whether `request`'s keys can be made under the lock, from its decode key and its final
+    /// memory key (`finalMemoryKey`, required when there is a memory cache): a request without
+    /// processors (no user code hashes their identities) in a pipeline without a disk cache
+    /// (no disk key to derive). Such a request joining running work needs nothing more than
+    /// its decode key; the other keys are made only when it starts new work.
+    func makesKeysUnderLock(for request: ImageRequest, finalMemoryKey: ImageCacheKey?) -> Bool {
+        request.processors.isEmpty && !caches.hasDataCache && (finalMemoryKey != nil || !caches.hasImageCache)
+    }
+
+    /// Removes a task that ended from its stage's pool (see ``SharedTask/isPooled``): a
+    /// check of its class rather than a closure per task. Must hold the lock.
+    func removeFromPool(_ task: AnyObject) {
+        if let task = task as? DecodeTask {
+            decodePool[task.key] = nil
+        } else if let task = task as? FetchTask {
+            fetchPool[task.key] = nil
+        } else if let task = task as? ProcessTask {
+            processPool[task.key] = nil
+        }
+    }
+
+    /// A new decode task, put in the pool when coalescing is on (the caller found none there).
+    /// Must hold the lock.
+    func newDecodeTask(for request: ImageRequest, key: DecodeKey, cacheKeys: RequestCacheKeys?, isFinal: Bool) -> DecodeTask {
+        let task = DecodeTask(graph: self, request: request, key: key, cacheKeys: cacheKeys, isFinal: isFinal)
+        if configuration.isTaskCoalescingEnabled {
+            decodePool[key] = task
+            task.isPooled = true
+        }
+        return task
+    }
+
+    /// The decode task running for `key`, when coalescing is on. Must hold the lock.
+    func runningDecodeTask(for key: DecodeKey) -> DecodeTask? {
+        configuration.isTaskCoalescingEnabled ? decodePool[key] : nil
     }
 
     /// The task fetching `request`'s original data: shared when coalescing is on. `diskKey` is
@@ -180,7 +230,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         if let task = fetchPool[key] { return task }
         let task = FetchTask(graph: self, request: request, key: key, diskKey: diskKey)
         fetchPool[key] = task
-        task.onDisposed = { [unowned self] in fetchPool[key] = nil }
+        task.isPooled = true
         return task
     }
 
@@ -189,15 +239,8 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     /// its processed entry on disk before depending on the stage below).
     func imageTask(for request: ImageRequest, keys: RequestKeys, processorCount: Int, isFinal: Bool) -> ImageStageTask {
         guard processorCount > 0 else {
-            guard configuration.isTaskCoalescingEnabled else {
-                return DecodeTask(graph: self, request: request, key: keys.decode, cacheKeys: keys.cache, isFinal: isFinal)
-            }
-            if let task = decodePool[keys.decode] { return task } // joining: no copy of the key
-            let decodeKey = keys.decode
-            let task = DecodeTask(graph: self, request: request, key: decodeKey, cacheKeys: keys.cache, isFinal: isFinal)
-            decodePool[decodeKey] = task
-            task.onDisposed = { [unowned self] in decodePool[decodeKey] = nil }
-            return task
+            if configuration.isTaskCoalescingEnabled, let task = decodePool[keys.decode] { return task } // joining: no copy of the key
+            return newDecodeTask(for: request, key: keys.decode, cacheKeys: keys.cache, isFinal: isFinal)
         }
         let key = keys.process[processorCount - 1]
         guard configuration.isTaskCoalescingEnabled else {
@@ -206,7 +249,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         if let task = processPool[key] { return task }
         let task = ProcessTask(graph: self, request: request, keys: keys, processorCount: processorCount, isFinal: isFinal)
         processPool[key] = task
-        task.onDisposed = { [unowned self] in processPool[key] = nil }
+        task.isPooled = true
         return task
     }
 }
@@ -246,6 +289,8 @@ struct PendingCounts {
 
     var isChanged = false
     var liveRequests = 0
+    /// Shared tasks created (their release is counted by their `deinit`, off the lock).
+    var liveTasks = 0
     /// Deltas of each stage's counters.
     var fetch = StageMetrics(), decode = StageMetrics(), process = StageMetrics()
 
@@ -268,6 +313,7 @@ struct PendingCounts {
 
     func apply(to metrics: inout ImagePipeline.Metrics) {
         metrics.liveRequests += liveRequests
+        metrics.liveTasks += liveTasks
         Self.add(fetch, to: &metrics.fetch)
         Self.add(decode, to: &metrics.decode)
         Self.add(process, to: &metrics.process)

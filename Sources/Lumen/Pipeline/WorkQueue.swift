@@ -220,8 +220,17 @@ public final class WorkQueue: Sendable {
     }
 
     private func enqueue(_ item: Item, cancelLater: (([Task<Void, Never>]) -> Void)?) -> Item {
-        state.withLock { $0.insert(item) }
-        let cancellations = drain()
+        // Inserts and admits in one critical section: when the queue is full (the common case
+        // under load) that is the only one.
+        let admitted: (Item, Job, Int)? = state.withLock { state in
+            state.insert(item)
+            guard let (next, job) = state.admitNext() else { return nil }
+            return (next, job, state.maxConcurrentCount)
+        }
+        guard let (next, job, limit) = admitted else { return item }
+        var cancellations: [Task<Void, Never>] = []
+        if let task = start(next, job, threadLimit: limit) { cancellations.append(task) }
+        cancellations += drain()
         if !cancellations.isEmpty {
             if let cancelLater { cancelLater(cancellations) } else { cancellations.forEach { $0.cancel() } }
         }

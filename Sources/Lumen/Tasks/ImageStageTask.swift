@@ -14,8 +14,8 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
     /// Whether this stage was created as its creator's final stage and reads the processed
     /// entry from disk first (encoding policies only).
     let readsProcessedFromDisk: Bool
-    @exclusivity(unchecked) private var requestedMemoryKeys: [ImageCacheKey] = []
-    @exclusivity(unchecked) private var requestedDiskKeys: [String] = []
+    @exclusivity(unchecked) private var requestedMemoryKeys = RequestedKeys<ImageCacheKey>()
+    @exclusivity(unchecked) private var requestedDiskKeys = RequestedKeys<String>()
     /// Progressive previews in flight (see ProgressiveDecoding.swift); `nil` until the first.
     @exclusivity(unchecked) var previews: PreviewState?
 
@@ -33,8 +33,8 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
     /// may not write (its own cache options): subscribers' permissions are applied one by one.
     /// Must hold the graph's lock.
     final func markRequested(memoryKey: ImageCacheKey?, diskKey: String?) {
-        if let memoryKey, !requestedMemoryKeys.contains(memoryKey) { requestedMemoryKeys.append(memoryKey) }
-        if let diskKey, !requestedDiskKeys.contains(diskKey) { requestedDiskKeys.append(diskKey) }
+        if let memoryKey { requestedMemoryKeys.insert(memoryKey) }
+        if let diskKey { requestedDiskKeys.insert(diskKey) }
     }
 
     override final func start() {
@@ -97,9 +97,12 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
         // Stored before the stage finishes, so that a request made as soon as this one's
         // response arrives finds the image in memory.
         let wantsKeys = caches.hasImageCache || (caches.hasDataCache && caches.storesEncodedImages)
-        let (memoryKeys, diskKeys) = wantsKeys ? graph.sync { (requestedMemoryKeys, requestedDiskKeys) } : ([], [])
+        let (memoryKeys, diskKeyList) = wantsKeys
+            ? graph.sync { (requestedMemoryKeys, requestedDiskKeys) }
+            : (RequestedKeys(), RequestedKeys())
+        let diskKeys = diskKeyList.elements
         // Only subscribers allowed to write a layer marked a key for it.
-        for key in memoryKeys { caches.storeImage(result.container, for: key) }
+        memoryKeys.forEach { caches.storeImage(result.container, for: $0) }
         if !isEncodedOnDisk, !diskKeys.isEmpty, caches.hasDataCache, caches.storesEncodedImages, !result.container.isPreview {
             encode(result.container.image, for: diskKeys)
         }
@@ -123,5 +126,32 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
                 caches.report(DataCache.Failure(kind: .writeFailed, key: keys.first, path: directory, errorCode: nil, reason: "encoding failed: \(error)"))
             }
         }
+    }
+}
+
+/// The distinct keys the subscribers of a stage asked it to store its image under: almost
+/// always one, kept inline (no array allocated per stage), then any others.
+struct RequestedKeys<Key: Equatable & Sendable>: Sendable {
+    private var first: Key?
+    private var others: [Key] = []
+
+    /// Adds `key` unless it is there already.
+    mutating func insert(_ key: Key) {
+        guard let first else {
+            self.first = key
+            return
+        }
+        if first != key && !others.contains(key) { others.append(key) }
+    }
+
+    func forEach(_ body: (Key) -> Void) {
+        guard let first else { return }
+        body(first)
+        others.forEach(body)
+    }
+
+    var elements: [Key] {
+        guard let first else { return [] }
+        return [first] + others
     }
 }

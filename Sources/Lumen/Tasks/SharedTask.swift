@@ -38,21 +38,64 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
 
     struct Subscription: TaskSubscription {
         let task: SharedTask<Value>
+        /// The subscriber's slot in the task's list, and its id (which tells it from a later
+        /// subscriber reusing the slot).
+        let slot: Int
         let id: Int
-        func unsubscribe() { task.unsubscribe(id) }
-        func setPriority(_ priority: ImageRequest.Priority) { task.setPriority(priority, for: id) }
+        func unsubscribe() { task.unsubscribe(slot: slot, id: id) }
+        func setPriority(_ priority: ImageRequest.Priority) { task.setPriority(priority, slot: slot, id: id) }
     }
 
+    /// A slot of the subscriber list; `handler` is `nil` once the subscriber left.
     private struct Subscriber {
+        var id: Int
         var priority: ImageRequest.Priority
-        var handler: Handler
+        var handler: Handler?
+    }
+
+    /// Subscriber slots: slot 0 inline, the others in an array.
+    private struct Slots {
+        private var first: Subscriber?
+        private var others: [Subscriber] = []
+
+        var count: Int { first == nil ? 0 : others.count + 1 }
+
+        /// Adds a slot holding `subscriber`; answers its index.
+        mutating func append(_ subscriber: Subscriber) -> Int {
+            guard first != nil else {
+                first = subscriber
+                return 0
+            }
+            others.append(subscriber)
+            return others.count
+        }
+
+        subscript(slot: Int) -> Subscriber {
+            get { slot == 0 ? first! : others[slot - 1] }
+            set {
+                if slot == 0 { first = newValue } else { others[slot - 1] = newValue }
+            }
+        }
+
+        func forEach(_ body: (Subscriber) -> Void) {
+            guard let first else { return }
+            body(first)
+            others.forEach(body)
+        }
     }
 
     let graph: WorkGraph
     let stage: ImagePipeline.Stage
-    @exclusivity(unchecked) private var subscribers: [Int: Subscriber] = [:]
+    /// Subscribers in slots (not a dictionary: joining appends, leaving clears its slot,
+    /// which a later subscriber reuses, so the list never outgrows the most subscribers the
+    /// task had at once). The first slot is inline: most tasks have one subscriber.
+    @exclusivity(unchecked) private var subscribers = Slots()
+    /// Slots cleared by subscribers that left, for reuse.
+    @exclusivity(unchecked) private var freeSlots: [Int] = []
+    @exclusivity(unchecked) private var subscriberCount = 0
     @exclusivity(unchecked) private var nextID = 0
-    @exclusivity(unchecked) private var priorityCounts = [Int](repeating: 0, count: ImageRequest.Priority.allCases.count)
+    /// Live subscribers per priority level (inline: no array allocated per task).
+    @exclusivity(unchecked) private var priorityCounts = InlineArray<5, Int>(repeating: 0)
     @exclusivity(unchecked) private(set) var priority = ImageRequest.Priority.veryLow
     @exclusivity(unchecked) private var isStarted = false
     @exclusivity(unchecked) private(set) var isDisposed = false
@@ -60,15 +103,18 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     @exclusivity(unchecked) var operation: (queue: WorkQueue, item: WorkQueue.Item)?
     /// The subscription to the stage below, while its result is awaited.
     @exclusivity(unchecked) var dependency: (any TaskSubscription)?
-    /// Removes the task from its pool.
+    /// Whether the task is in its stage's pool, which it leaves when it ends
+    /// (``WorkGraph/removeFromPool(_:)``).
+    @exclusivity(unchecked) var isPooled = false
+    /// Runs when the task ends (after it left its pool).
     @exclusivity(unchecked) var onDisposed: (() -> Void)?
 
     init(graph: WorkGraph, stage: ImagePipeline.Stage) {
+        assert(ImageRequest.Priority.allCases.count == 5, "SharedTask: one priority count per level")
         self.graph = graph
         self.stage = stage
-        // Created under the graph's lock: waiters' conditions are checked after unlocking.
-        let store = graph.metricsStore
-        if store.update({ $0.liveTasks += 1 }) { graph.afterUnlock { store.checkWaiters() } }
+        // Created under the graph's lock: counted with the critical section's other changes.
+        graph.countTaskCreated()
     }
 
     deinit {
@@ -90,7 +136,15 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
         guard !isDisposed else { return nil }
         nextID += 1
         let id = nextID
-        subscribers[id] = Subscriber(priority: priority, handler: handler)
+        let subscriber = Subscriber(id: id, priority: priority, handler: handler)
+        let slot: Int
+        if let free = freeSlots.popLast() {
+            slot = free
+            subscribers[slot] = subscriber
+        } else {
+            slot = subscribers.append(subscriber)
+        }
+        subscriberCount += 1
         priorityCounts[priority.rawValue] += 1
         if !isStarted {
             isStarted = true
@@ -103,29 +157,42 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
             graph.emit(.joined(stage, key: keyDescription))
             if priority > self.priority { updatePriority() }
         }
-        return isDisposed ? nil : Subscription(task: self, id: id)
+        return isDisposed ? nil : Subscription(task: self, slot: slot, id: id)
     }
 
-    private func unsubscribe(_ id: Int) {
-        guard !isDisposed, let subscriber = subscribers.removeValue(forKey: id) else { return }
+    /// Whether `slot` holds the live subscriber `id`.
+    private func holds(_ slot: Int, _ id: Int) -> Bool {
+        slot < subscribers.count && subscribers[slot].id == id && subscribers[slot].handler != nil
+    }
+
+    private func unsubscribe(slot: Int, id: Int) {
+        guard !isDisposed, holds(slot, id) else { return }
+        let subscriber = subscribers[slot]
+        subscribers[slot].handler = nil
+        freeSlots.append(slot)
+        subscriberCount -= 1
         priorityCounts[subscriber.priority.rawValue] -= 1
-        if subscribers.isEmpty {
+        if subscriberCount == 0 {
             cancel()
         } else if subscriber.priority == priority {
             updatePriority()
         }
     }
 
-    private func setPriority(_ priority: ImageRequest.Priority, for id: Int) {
-        guard !isDisposed, let old = subscribers[id]?.priority, old != priority else { return }
-        subscribers[id]?.priority = priority
+    private func setPriority(_ priority: ImageRequest.Priority, slot: Int, id: Int) {
+        guard !isDisposed, holds(slot, id) else { return }
+        let old = subscribers[slot].priority
+        guard old != priority else { return }
+        subscribers[slot].priority = priority
         priorityCounts[old.rawValue] -= 1
         priorityCounts[priority.rawValue] += 1
         updatePriority()
     }
 
     private func updatePriority() {
-        let newPriority = ImageRequest.Priority(rawValue: priorityCounts.lastIndex { $0 > 0 } ?? 0) ?? .veryLow
+        var level = priorityCounts.count - 1
+        while level > 0 && priorityCounts[level] == 0 { level -= 1 }
+        let newPriority = ImageRequest.Priority(rawValue: level) ?? .veryLow
         guard newPriority != priority else { return }
         priority = newPriority
         if let operation { operation.queue.setPriority(operation.item, newPriority) }
@@ -137,7 +204,8 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     /// Forwards progress to every subscriber.
     final func send(progress: ImageTask.Progress) {
         guard !isDisposed else { return }
-        for subscriber in subscribers.values { subscriber.handler(.progress(progress)) }
+        let current = subscribers
+        current.forEach { $0.handler?(.progress(progress)) }
     }
 
     /// Forwards a progressive preview to every subscriber (see ProgressiveDecoding.swift).
@@ -153,7 +221,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
         dispose()
         graph.count(stage) { $0.completed += 1 }
         graph.emit(.completed(stage, key: keyDescription))
-        for subscriber in current.values { subscriber.handler(.value(value)) }
+        current.forEach { $0.handler?(.value(value)) }
     }
 
     /// Ends the task with `error`, delivered to every subscriber; the task leaves its pool at
@@ -166,7 +234,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
         graph.emit(.failed(stage, key: keyDescription, error))
         let stage = stage, key = keyDescription
         graph.log { "\(stage) failed for \(key): \(error)" }
-        for subscriber in current.values { subscriber.handler(.failure(error)) }
+        current.forEach { $0.handler?(.failure(error)) }
     }
 
     /// The last subscriber left: stop the operation, release the dependency.
@@ -182,11 +250,17 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
 
     private func dispose() {
         isDisposed = true
-        subscribers = [:]
+        subscribers = Slots()
+        freeSlots = []
+        subscriberCount = 0
         operation = nil
         let dependency = self.dependency
         self.dependency = nil
         dependency?.unsubscribe()
+        if isPooled {
+            isPooled = false
+            graph.removeFromPool(self)
+        }
         onDisposed?()
         onDisposed = nil
     }

@@ -19,16 +19,46 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
         .reloadIgnoringCachedData, .returnCacheDataDontLoad, .disableDiskCacheReads, .disableDiskCacheWrites,
     ]
 
-    let identity: String
+    /// The fields made from the request's resource, in one immutable object: the key is
+    /// copied into pools, tasks and the decode and processing keys, and a copy then costs one
+    /// retain instead of one per string, body and fingerprint.
+    private final class Fields: Sendable {
+        let identity: String
+        let identityHash: Int
+        let isClosure: Bool
+        let method: String
+        let body: Data?
+        let cachePolicy: UInt
+        let credentialFingerprint: String?
+
+        init(identity: String, isClosure: Bool, method: String, body: Data?, cachePolicy: UInt, credentialFingerprint: String?) {
+            self.identity = identity
+            self.identityHash = identity.hashValue
+            self.isClosure = isClosure
+            self.method = method
+            self.body = body
+            self.cachePolicy = cachePolicy
+            self.credentialFingerprint = credentialFingerprint
+        }
+
+        func isEqual(to other: Fields) -> Bool {
+            self === other
+                || (isClosure == other.isClosure && cachePolicy == other.cachePolicy && identity == other.identity
+                    && method == other.method && body == other.body && credentialFingerprint == other.credentialFingerprint)
+        }
+    }
+
+    private let fields: Fields
+    var identity: String { fields.identity }
     /// `identity.hashValue`, computed once (the memory key reuses it).
-    let identityHash: Int
-    let isClosure: Bool
-    let method: String
-    let body: Data?
-    let cachePolicy: UInt
+    var identityHash: Int { fields.identityHash }
+    var isClosure: Bool { fields.isClosure }
+    var method: String { fields.method }
+    var body: Data? { fields.body }
+    var cachePolicy: UInt { fields.cachePolicy }
     /// ``CredentialRule/fingerprint(headers:markedHeaders:)`` of the request's headers, `nil`
     /// without credentials. The memory and disk keys reuse it.
-    let credentialFingerprint: String?
+    var credentialFingerprint: String? { fields.credentialFingerprint }
     /// The request's ``fetchOptions``.
     var cacheOptions: UInt16 = 0
     /// The hash of every other field, computed once when the request is made: pool lookups
@@ -41,9 +71,7 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
     }
 
     static func == (lhs: FetchKey, rhs: FetchKey) -> Bool {
-        lhs.fieldsHash == rhs.fieldsHash && lhs.cacheOptions == rhs.cacheOptions && lhs.isClosure == rhs.isClosure
-            && lhs.cachePolicy == rhs.cachePolicy && lhs.identity == rhs.identity && lhs.method == rhs.method
-            && lhs.body == rhs.body && lhs.credentialFingerprint == rhs.credentialFingerprint
+        lhs.fieldsHash == rhs.fieldsHash && lhs.cacheOptions == rhs.cacheOptions && lhs.fields.isEqual(to: rhs.fields)
     }
 
     func hash(into hasher: inout Hasher) {
@@ -94,17 +122,14 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
         identity: String, isClosure: Bool, method: String, body: Data?, cachePolicy: UInt, credentialFingerprint: String?,
         otherFieldsHash: Int? = nil
     ) {
-        self.identity = identity
-        self.identityHash = identity.hashValue
-        self.isClosure = isClosure
-        self.method = method
-        self.body = body
-        self.cachePolicy = cachePolicy
-        self.credentialFingerprint = credentialFingerprint
+        let fields = Fields(
+            identity: identity, isClosure: isClosure, method: method, body: body, cachePolicy: cachePolicy,
+            credentialFingerprint: credentialFingerprint)
+        self.fields = fields
         let others = otherFieldsHash
             ?? Self.otherFieldsHash(isClosure: isClosure, method: method, body: body, cachePolicy: cachePolicy, credentialFingerprint: credentialFingerprint)
         var hasher = Hasher()
-        hasher.combine(identityHash)
+        hasher.combine(fields.identityHash)
         hasher.combine(others)
         fieldsHash = hasher.finalize()
     }
@@ -188,11 +213,12 @@ final class RequestKeys: Sendable {
     /// - Parameters:
     ///   - finalMemoryKey: the request's final memory key when the caller has it.
     ///   - cachedImage: looks up an intermediate result in the memory cache (`nil`: don't).
+    ///   - decode: the request's decode key when the caller has it.
     init(
         _ request: ImageRequest, memoryCache: Bool = false, diskCache: Bool = false, finalMemoryKey: ImageCacheKey? = nil,
-        cachedImage: ((ImageCacheKey) -> ImageContainer?)? = nil
+        cachedImage: ((ImageCacheKey) -> ImageContainer?)? = nil, decode: DecodeKey? = nil
     ) {
-        let decode = DecodeKey(request)
+        let decode = decode ?? DecodeKey(request)
         self.decode = decode
         let count = request.processors.count
         process = count == 0 ? [] : (1...count).map { ProcessKey(decode: decode, request: request, processorCount: $0) }
