@@ -26,7 +26,7 @@ enum BenchCommand {
             for scenario in chosen {
                 switch scenario {
                 case "decode": try BenchDecode.run(json: args.flag("json"), iterations: iterations)
-                case "coalesce", "overhead": try await BenchGraph.run(scenario, json: args.flag("json"), count: count)
+                case "coalesce", "overhead": try await BenchGraph.run(scenario, json: args.flag("json"), count: count, rounds: iterations)
                 case "cache": try await BenchCache.run(json: args.flag("json"), iterations: iterations)
                 case "feed": try BenchFeed.run(json: args.flag("json"), rounds: args.string("iterations") == nil ? 3 : iterations)
                 default: break

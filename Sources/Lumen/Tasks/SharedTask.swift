@@ -211,7 +211,8 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     /// Forwards a progressive preview to every subscriber (see ProgressiveDecoding.swift).
     final func send(preview: Value) {
         guard !isDisposed else { return }
-        for subscriber in subscribers.values { subscriber.handler(.preview(preview)) }
+        let current = subscribers
+        current.forEach { $0.handler?(.preview(preview)) }
     }
 
     /// Ends the task with `value`, delivered to every subscriber.
