@@ -707,6 +707,7 @@ extension DocumentationExampleTests {
             #expect(result.networkRequests == 1)
             #expect(result.decodes == 1)
             #expect(result.json.hasPrefix("{\"name\": \"coalesce\", \"requests\": 200, \"networkRequests\": 1,"))
+            #expect(result.baselineMicrosPerRequest != nil)
 
             let overhead = try await PipelineBenchmarks.overhead(count: 100)
             #expect(overhead.networkRequests == 100 && overhead.decodes == 100)
@@ -724,7 +725,11 @@ extension DocumentationExampleTests {
             }
             try #require(objects.count == 3)
             let common: Set = ["scenario", "requests", "networkRequests", "decodes", "microsPerRequest"]
-            #expect(Set(objects[0].keys) == common.union(["bytesPerInFlightRequest"]))
+            #expect(Set(objects[0].keys) == common.union(["bytesPerInFlightRequest", "baselineMicrosPerRequest", "pipelineMicrosPerSubscriber"]))
+            let total = try #require(objects[0]["microsPerRequest"] as? Double)
+            let byHand = try #require(objects[0]["baselineMicrosPerRequest"] as? Double)
+            let share = try #require(objects[0]["pipelineMicrosPerSubscriber"] as? Double)
+            #expect(abs(total - byHand - share) < 1e-6)
             #expect(Set(objects[1].keys) == common.union(["baselineMicrosPerRequest"]))
             #expect(objects[0]["scenario"] as? String == "coalesce" && objects[0]["networkRequests"] as? Int == 1)
             #expect(objects[1]["scenario"] as? String == "overhead")
