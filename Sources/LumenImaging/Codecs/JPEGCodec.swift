@@ -1,3 +1,4 @@
+import CLumenShim
 import CTurboJPEG
 import Foundation
 
@@ -50,6 +51,11 @@ enum JPEGCodec: ImageCodec {
                 }
             }
             bitmap = converted ?? naiveRGB(cmyk: cmyk, width: width, height: height, inverted: inverted)
+        } else if options.allowsEighthScaleDecoder, let eighth = decodeEighth(data, markers: markers, info: info, width: width, height: height) {
+            bitmap = eighth
+            if let profile {
+                bitmap = profile.withUnsafeBytes { ColorProfile.convertToSRGB(bitmap, profile: $0) }
+            }
         } else {
             bitmap = Bitmap(width: width, height: height, format: .rgb8) { dst in
                 outcome = handle.decompress(data, into: dst, width: width, height: height, format: TJPF_RGB, flags: flags)
@@ -66,6 +72,32 @@ enum JPEGCodec: ImageCodec {
         let isCut = outcome == .warning && markers.isTruncated
         if isCut && !markers.isProgressive { throw .truncated }
         return CodecOutput(bitmap: bitmap, isPartial: isCut)
+    }
+
+    /// A 1/8-scale decode of a clean baseline JPEG by Lumen's own DC decoder
+    /// (`lumen_jpeg_decode_eighth`): the entropy-coded data is parsed once, coefficients that
+    /// cannot affect a 1/8-scale pixel are skipped instead of stored and transformed. `nil`
+    /// when `width`×`height` is not the 1/8 scale or the data is outside the decoder's case
+    /// (progressive, several scans, CMYK or Adobe RGB, damaged or cut short): TurboJPEG then
+    /// decodes as usual, with its own warnings and errors.
+    static func decodeEighth(
+        _ data: UnsafeRawBufferPointer, markers: JPEGMarkers, info: (width: Int, height: Int, colorspace: Int32),
+        width: Int, height: Int
+    ) -> Bitmap? {
+        guard info.width > 8 || info.height > 8,
+              width == (info.width + 7) / 8, height == (info.height + 7) / 8,
+              let frame = markers.frame, frame.components == 1 || frame.components == 3,
+              !markers.isProgressive, markers.scanCount == 1, markers.reachedEnd, !markers.isTruncated,
+              markers.adobeTransform == nil || markers.adobeTransform == 1,
+              let base = data.baseAddress
+        else { return nil }
+        var status: Int32 = -1
+        let bitmap = Bitmap(width: width, height: height, format: .rgb8) { dst in
+            status = lumen_jpeg_decode_eighth(
+                base.assumingMemoryBound(to: UInt8.self), data.count, dst.baseAddress, Int32(width), Int32(height))
+            if status != 0 { dst.initialize(repeating: 0) }
+        }
+        return status == 0 ? bitmap : nil
     }
 
     /// The smallest TurboJPEG scale (at most 1/1) whose output covers `minimum` on both sides;
