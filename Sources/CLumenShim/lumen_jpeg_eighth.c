@@ -24,26 +24,23 @@ static const uint8_t zigzag_to_natural[64 + 16] = {
     // Overrun guard: a corrupt run lands here and is rejected after the block.
     63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63};
 
-enum { LOOKAHEAD = 10, PAIRBITS = 12 };
+enum { LOOKAHEAD = 10, PAIRBITS = 13 };
 
-// A pair-table entry: up to two AC symbols (with their magnitude bits) that fit in the next
+// A group-table entry: as many AC symbols (with their magnitude bits) as fit in the next
 // PAIRBITS bits, for blocks whose AC values are skipped. 0 means "decode the slow way".
 enum {
-    PAIR_BITS1_MASK = 31,        // bits taken by the first symbol and its magnitude
-    PAIR_ADV1_SHIFT = 5,         // coefficients the first symbol advances (1...16)
-    PAIR_EOB1 = 1 << 10,         // the first symbol ends the block
-    PAIR_HAS2 = 1 << 11,         // a second symbol follows within PAIRBITS
-    PAIR_BITS_TOTAL_SHIFT = 12,  // bits taken by both
-    PAIR_ADV2_SHIFT = 17,        // coefficients the second advances
-    PAIR_EOB2 = 1 << 22,         // the second symbol ends the block
+    GROUP_BITS_MASK = 31,  // bits taken by the whole group
+    GROUP_ADV_SHIFT = 5,   // coefficients the group advances (8 bits), not counting an EOB
+    GROUP_EOB = 1 << 13,   // the group ends with the end of the block
 };
 
 typedef struct {
     int present;
+    // The group table (see GROUP_*), indexed by the next PAIRBITS bits: built only for the AC
+    // tables of blocks whose AC is skipped, and only for images large enough to repay it.
+    uint32_t *group;
     // Fast table: the next LOOKAHEAD bits -> (code length << 8 | symbol), 0 for longer codes.
     uint16_t fast[1 << LOOKAHEAD];
-    // For AC tables: the pair table (see PAIR_*), indexed by the next PAIRBITS bits.
-    uint32_t pair[1 << PAIRBITS];
     // Canonical decoding for longer codes: maxcode[l] is the largest code of length l (-1 if
     // none), valoffset[l] maps a code of length l to its index in symbols.
     int32_t maxcode[18];
@@ -68,6 +65,7 @@ typedef struct {
 } BitReader;
 
 static int build_table(HuffTable *t, const uint8_t *counts, const uint8_t *symbols, int total) {
+    free(t->group);
     memset(t, 0, sizeof *t);
     if (total > 256) return -1;
     memcpy(t->symbols, symbols, (size_t)total);
@@ -104,21 +102,22 @@ static int pair_step(const HuffTable *t, unsigned bits, int avail, int *advance,
     return len + size;
 }
 
-static void build_pairs(HuffTable *t) {
+static int build_groups(HuffTable *t) {
+    t->group = malloc(sizeof(uint32_t) << PAIRBITS);
+    if (!t->group) return -1;
     for (unsigned i = 0; i < (1u << PAIRBITS); i++) {
-        int adv1, eob1, adv2, eob2;
-        int bits1 = pair_step(t, i, PAIRBITS, &adv1, &eob1);
-        if (!bits1) { t->pair[i] = 0; continue; }
-        uint32_t e = (uint32_t)bits1 | (uint32_t)adv1 << PAIR_ADV1_SHIFT | (eob1 ? PAIR_EOB1 : 0);
-        if (!eob1 && bits1 < PAIRBITS) {
-            int bits2 = pair_step(t, i << bits1, PAIRBITS - bits1, &adv2, &eob2);
-            if (bits2) {
-                e |= PAIR_HAS2 | (uint32_t)(bits1 + bits2) << PAIR_BITS_TOTAL_SHIFT | (uint32_t)adv2 << PAIR_ADV2_SHIFT
-                    | (eob2 ? PAIR_EOB2 : 0);
-            }
+        int used = 0, total = 0, end = 0;
+        while (used < PAIRBITS) {
+            int advance, eob;
+            int bits = pair_step(t, i << used, PAIRBITS - used, &advance, &eob);
+            if (!bits) break;
+            used += bits;
+            if (eob) { end = 1; break; }
+            total += advance;
         }
-        t->pair[i] = e;
+        t->group[i] = used ? (uint32_t)used | (uint32_t)total << GROUP_ADV_SHIFT | (end ? GROUP_EOB : 0) : 0;
     }
+    return 0;
 }
 
 static inline __attribute__((always_inline)) void refill(BitReader *r) {
@@ -270,7 +269,6 @@ int lumen_jpeg_decode_eighth(const uint8_t *data, size_t size, uint8_t *rgb, int
                 for (int i = 0; i < 16; i++) total += s[1 + i];
                 if (send - s < 17 + total) goto done;
                 if (build_table(&tables[tc * 4 + th], s + 1, s + 17, total) != 0) goto done;
-                if (tc == 1) build_pairs(&tables[4 + th]);
                 s += 17 + total;
             }
             break;
@@ -319,17 +317,28 @@ scan:;
     if (ncomp == 1) hmax = vmax = comps[0].h = comps[0].v = 1;  // a lone component is not interleaved
     int pw = (width + 7) / 8, ph = (height + 7) / 8;
     if (pw != out_width || ph != out_height) goto done;
+    // means[n - 1][i][u]: basis u averaged over cell i of n (n = 1 or 2 cells per block side).
+    double means[2][2][8];
+    for (int n = 1; n <= 2; n++) {
+        for (int i = 0; i < 2; i++) {
+            for (int u = 0; u < 8; u++) means[n - 1][i][u] = i < n ? basis_mean(n, i, u) : 0;
+        }
+    }
     for (int c = 0; c < ncomp; c++) {
         Component *k = &comps[c];
         if (!have_quant[k->tq]) goto done;
         k->fh = hmax / k->h;
         k->fv = vmax / k->v;
+        // Below ~10 000 blocks the group table costs about what it saves.
+        if (k->fh == 1 && k->fv == 1 && !tables[4 + k->ac].group && (long)pw * ph >= 10000) {
+            if (build_groups(&tables[4 + k->ac]) != 0) goto done;
+        }
         k->pred = 0;
         for (int pos = 0; pos < 64; pos++) {
             int row = pos / 8, col = pos % 8;
             for (int cell = 0; cell < 4; cell++) {
                 int cy = cell / 2, cx = cell % 2;
-                double w = (cy < k->fv && cx < k->fh) ? basis_mean(k->fh, cx, col) * basis_mean(k->fv, cy, row) : 0;
+                double w = (cy < k->fv && cx < k->fh) ? means[k->fh - 1][cx][col] * means[k->fv - 1][cy][row] : 0;
                 k->weight[pos][cell] = (float)(w * quant[k->tq][pos]);
             }
         }
@@ -381,22 +390,18 @@ scan:;
                         int n = 1;
                         if (!subsampled) {
                             // Only the DC term shows at 1/8: skip the AC codes and their bits.
-                            // Two symbols per table look-up where they fit.
+                            // Several symbols per table look-up where they fit. A group is
+                            // taken whole only if it stays inside the block: a block whose
+                            // last coefficient is non-zero has no EOB, and the symbols after
+                            // it belong to the next block (those steps go the slow way).
                             while (n < 64) {
                                 if (r.count < 32) refill(&r);
-                                uint32_t e = act->pair[peek_count(&r, PAIRBITS)];
-                                if (__builtin_expect(e != 0, 1)) {
-                                    // Branch-free apart from the end of the block (the data
-                                    // decides both, so branches would mispredict). A block
-                                    // whose last coefficient is non-zero has no EOB: a second
-                                    // symbol then belongs to the next block and is not taken.
-                                    int n1 = n + ((int)(e >> PAIR_ADV1_SHIFT) & 31);
-                                    int two = (int)((e >> 11) & 1) & (n1 < 64);
-                                    int bits = two ? (int)(e >> PAIR_BITS_TOTAL_SHIFT) & 31 : (int)(e & PAIR_BITS1_MASK);
-                                    skip(&r, bits);
-                                    n = n1 + (two ? (int)(e >> PAIR_ADV2_SHIFT) & 31 : 0);
-                                    uint32_t stop = (e & PAIR_EOB1) | (two ? (e & PAIR_EOB2) : 0);
-                                    if (stop) break;
+                                uint32_t e = act->group ? act->group[peek_count(&r, PAIRBITS)] : 0;
+                                int advance = (int)(e >> GROUP_ADV_SHIFT) & 255;
+                                if (__builtin_expect(e != 0 && n + advance < 64, 1)) {
+                                    skip(&r, (int)(e & GROUP_BITS_MASK));
+                                    n += advance;
+                                    if (e & GROUP_EOB) break;
                                     continue;
                                 }
                                 int rs = decode_symbol(&r, act);
@@ -464,6 +469,7 @@ scan:;
     status = 0;
 done:
     free(planes);
+    for (int i = 0; i < 8; i++) free(tables[i].group);
     free(tables);
     return status;
 }

@@ -72,11 +72,20 @@ enum BenchDecode {
         // Warm up once (page in code and libraries), then time.
         for d in datas { work(d) }
         let jobs = iterations * datas.count
-        let start = monotonicSeconds()
+        let start = monotonicSeconds(), cpuStart = processCPUSeconds()
         parallelForEach(jobs, concurrency: threads) { i in work(datas[i % datas.count]) }
-        let seconds = monotonicSeconds() - start
+        let seconds = monotonicSeconds() - start, cpu = processCPUSeconds() - cpuStart
         let (peak, added) = memory.finish()
-        print("\(seconds * 1000 / Double(jobs)) \(peak) \(memory.baseline) \(added)")
+        print("\(seconds * 1000 / Double(jobs)) \(peak) \(memory.baseline) \(added) \(cpu * 1000 / Double(jobs))")
+    }
+
+    /// User + system CPU time of this process, in seconds: on a shared, loaded machine it
+    /// moves much less than wall time, so it is reported next to it.
+    static func processCPUSeconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+        return seconds(usage.ru_utime) + seconds(usage.ru_stime)
     }
 
     /// RSS bookkeeping of a benchmark child, from `/proc/self/status`: the baseline when
@@ -118,6 +127,8 @@ enum BenchDecode {
         var baselineRSSBytes: Int = 0
         /// Peak RSS above the baseline: the thumbnailing's working memory.
         var addedRSSBytes: Int = 0
+        /// CPU time (user + system) per image; 0 when the child did not report it.
+        var cpuMsPerImage: Double = 0
     }
 
     static func measure(_ variant: Variant, files: [URL], iterations: Int, threads: Int) throws -> Measurement {
@@ -127,7 +138,8 @@ enum BenchDecode {
             what: variant.rawValue)
     }
 
-    /// Runs a benchmark child and parses its line `msPerImage peakRSS [baselineRSS addedRSS …]`.
+    /// Runs a benchmark child and parses its line
+    /// `msPerImage peakRSS [baselineRSS addedRSS [cpuMsPerImage …]]`.
     static func runChild(_ executable: URL, _ arguments: [String], environment: [String: String]? = nil, what: String) throws -> Measurement {
         let process = Process()
         process.executableURL = executable
@@ -148,6 +160,7 @@ enum BenchDecode {
             m.baselineRSSBytes = baseline
             m.addedRSSBytes = added
         }
+        if fields.count >= 5, let cpu = Double(fields[4]) { m.cpuMsPerImage = cpu }
         return m
     }
 
@@ -166,6 +179,8 @@ enum BenchDecode {
             kept.peakRSSBytes = max(old?.peakRSSBytes ?? 0, m.peakRSSBytes)
             kept.baselineRSSBytes = max(old?.baselineRSSBytes ?? 0, m.baselineRSSBytes)
             kept.addedRSSBytes = max(old?.addedRSSBytes ?? 0, m.addedRSSBytes)
+            // CPU time: the lowest round, like wall time.
+            kept.cpuMsPerImage = min(old?.cpuMsPerImage ?? .infinity, m.cpuMsPerImage)
             best[name] = kept
         }
         var order: [String] = []
@@ -196,7 +211,9 @@ enum BenchDecode {
             "jpegPeakRSSBytes": ["lumen": lumen.peakRSSBytes, "floor": floor.peakRSSBytes, "naive": naive.peakRSSBytes],
             "jpegBaselineRSSBytes": ["lumen": lumen.baselineRSSBytes, "floor": floor.baselineRSSBytes, "naive": naive.baselineRSSBytes],
             "jpegAddedRSSBytes": ["lumen": lumen.addedRSSBytes, "floor": floor.addedRSSBytes, "naive": naive.addedRSSBytes],
+            "jpegCPUMsPerImage": ["lumen": lumen.cpuMsPerImage, "floor": floor.cpuMsPerImage, "naive": naive.cpuMsPerImage],
             "lumenOverFloor": lumen.msPerImage / floor.msPerImage,
+            "lumenOverFloorCPU": lumen.cpuMsPerImage / floor.cpuMsPerImage,
             "naiveOverLumen": naive.msPerImage / lumen.msPerImage,
             "parallelThreads": threads,
             "parallelSpeedup": throughputParallel / throughputSerial,
@@ -212,6 +229,8 @@ enum BenchDecode {
             }
             result["\(key)Version"] = version
             result["\(key)Millis"] = t.msPerImage
+            result["\(key)CPUMillis"] = t.cpuMsPerImage
+            result["\(key)OverLumenCPU"] = t.cpuMsPerImage / lumen.cpuMsPerImage
             result["\(key)PeakRSSBytes"] = t.peakRSSBytes
             result["\(key)BaselineRSSBytes"] = t.baselineRSSBytes
             result["\(key)AddedRSSBytes"] = t.addedRSSBytes
@@ -223,21 +242,22 @@ enum BenchDecode {
             return
         }
         print("decode: 12 MP JPEG → \(target) px (one core, \(iterations) passes over \(inputs.jpegs.count) photos, best of \(rounds) rounds)")
-        print(pad("variant", 28) + pad("ms/image", 12) + pad("peak RSS", 12) + pad("baseline", 12) + "added by decoding")
+        print(pad("variant", 20) + pad("ms/image", 10) + pad("CPU ms", 10) + pad("peak RSS", 11) + pad("baseline", 11) + "added by decoding")
         func mb(_ bytes: Int) -> String { String(format: "%.1f MB", Double(bytes) / 1_048_576) }
         for (name, row) in rows {
-            print(pad(name, 28) + pad(String(format: "%.2f", row.msPerImage), 12) + pad(mb(row.peakRSSBytes), 12)
-                + pad(mb(row.baselineRSSBytes), 12) + mb(row.addedRSSBytes))
+            print(pad(name, 20) + pad(String(format: "%.2f", row.msPerImage), 10) + pad(String(format: "%.2f", row.cpuMsPerImage), 10)
+                + pad(mb(row.peakRSSBytes), 11) + pad(mb(row.baselineRSSBytes), 11) + mb(row.addedRSSBytes))
         }
-        print(String(format: "lumen / floor          %.2f×  (goal ≤ 1.15×)", lumen.msPerImage / floor.msPerImage))
+        print(String(format: "lumen / floor          %.2f×  (goal ≤ 1.15×; CPU time %.2f×)", lumen.msPerImage / floor.msPerImage,
+                     lumen.cpuMsPerImage / floor.cpuMsPerImage))
         print(String(format: "naive / lumen          %.2f×  (goal ≥ 1.5×)", naive.msPerImage / lumen.msPerImage))
         print(String(format: "%d threads / 1 thread   %.2f×  (goal ≥ 1.8× on 2 cores)", threads, throughputParallel / throughputSerial))
         for (tool, location) in tools {
             switch location {
             case .found(_, let version):
                 guard let t = m["jpeg12mp.\(tool.rawValue)"] else { continue }
-                print(pad("\(tool.rawValue) / lumen", 23) + String(format: "%.2f×  ", t.msPerImage / lumen.msPerImage)
-                    + "(\(version), \(tool.what); memory added \(mb(t.addedRSSBytes)) vs lumen \(mb(lumen.addedRSSBytes)))")
+                print(pad("\(tool.rawValue) / lumen", 23) + String(format: "%.2f×  (CPU time %.2f×; ", t.msPerImage / lumen.msPerImage, t.cpuMsPerImage / lumen.cpuMsPerImage)
+                    + "\(version), \(tool.what); memory added \(mb(t.addedRSSBytes)) vs lumen \(mb(lumen.addedRSSBytes)))")
             case .missing(let reason):
                 print("\(tool.rawValue): skipped (\(reason)); install with scripts/install-comparison-tools.sh or `make bench-compare`")
             }
@@ -317,7 +337,8 @@ enum ComparisonTool: String, CaseIterable {
     }
 
     /// The Python child: `tool iterations target files…`; with no files it prints the tool's
-    /// version (the availability probe). Output: `msPerImage peakRSS baselineRSS addedRSS WxH`.
+    /// version (the availability probe). Output:
+    /// `msPerImage peakRSS baselineRSS addedRSS cpuMsPerImage WxH`.
     static let script = #"""
 import io, os, sys, time
 
@@ -370,14 +391,14 @@ size = None
 for d in datas:
     size = work(d)
 jobs = iterations * len(datas)
-start = time.perf_counter()
+start, cpu_start = time.perf_counter(), time.process_time()
 for i in range(jobs):
     work(datas[i % len(datas)])
-seconds = time.perf_counter() - start
+seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
 after = max(status("VmHWM"), status("VmRSS"))
 peak = max(after, peak_before)
 added = max(0, (after if reset else peak) - baseline)
-print(seconds * 1000 / jobs, peak, baseline, added, "%dx%d" % size)
+print(seconds * 1000 / jobs, peak, baseline, added, cpu * 1000 / jobs, "%dx%d" % size)
 """#
 }
 

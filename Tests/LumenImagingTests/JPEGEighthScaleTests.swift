@@ -133,16 +133,17 @@ struct JPEGEighthScaleTests {
     /// declines, never reads or writes out of bounds (a crash here fails the whole run), and
     /// `ImageDecoder.decode` answers with an image or a typed error.
     @Test func damagedDataNeverCrashes() throws {
-        let sources = [
-            try CorpusJPEG.photoLike(width: 96, height: 64).encode(as: .jpeg(quality: 80)),
-            Self.restart422, Self.greyRestart,
+        // The 1/8 sizes of the undamaged images. 1024×800 (12 800 blocks) is large enough for
+        // the multi-symbol look-up table; the others take the symbol-at-a-time path.
+        let sources: [(Data, Int, Int, Int)] = [
+            (try CorpusJPEG.photoLike(width: 96, height: 64).encode(as: .jpeg(quality: 80)), 12, 8, 300),
+            (try CorpusJPEG.photoLike(width: 1024, height: 800).encode(as: .jpeg(quality: 80)), 128, 100, 60),
+            (Self.restart422, 9, 6, 300), (Self.greyRestart, 9, 6, 300),
         ]
         var random = SeededRandom(seed: 8)
-        for source in sources {
-            // The 1/8 size of the undamaged image (96×64 → 12×8, 67×45 → 9×6).
-            let (width, height) = source == sources[0] ? (12, 8) : (9, 6)
-            var output = [UInt8](repeating: 0, count: 16 * 16 * 3)
-            for _ in 0..<300 {
+        for (source, width, height, rounds) in sources {
+            var output = [UInt8](repeating: 0, count: width * height * 3)
+            for _ in 0..<rounds {
                 var bytes = [UInt8](source)
                 for _ in 0..<Int.random(in: 1...6, using: &random) {
                     bytes[Int.random(in: 2..<bytes.count, using: &random)] = UInt8.random(in: 0...255, using: &random)
@@ -153,7 +154,7 @@ struct JPEGEighthScaleTests {
                         lumen_jpeg_decode_eighth(b.baseAddress, b.count, o.baseAddress, Int32(width), Int32(height))
                     }
                 }
-                _ = try? ImageDecoder.decode(Data(bytes), options: DecodeOptions(size: .maxPixelSize(8)))
+                _ = try? ImageDecoder.decode(Data(bytes), options: DecodeOptions(size: .maxPixelSize(width * 7 / 8)))
             }
         }
     }

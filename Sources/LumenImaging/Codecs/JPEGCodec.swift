@@ -10,31 +10,58 @@ import Foundation
 /// lifetime questions.
 enum JPEGCodec: ImageCodec {
     static func readHeader(_ data: UnsafeRawBufferPointer, options: DecodeOptions) throws(ImagingError) -> ImageHeader {
-        let markers = try JPEGMarkers(walking: data, scanLimit: options.maximumProgressiveScans)
-        let handle = try Handle.decompressor()
-        defer { handle.destroy() }
-        let header = try handle.header(data, markers: markers)
+        let parsed = try ParsedHeader(data, options: options)
         return ImageHeader(
-            format: .jpeg, width: header.width, height: header.height, hasAlpha: false,
-            orientation: markers.orientation)
+            format: .jpeg, width: parsed.width, height: parsed.height, hasAlpha: false,
+            orientation: parsed.markers.orientation, jpeg: parsed)
+    }
+
+    /// The marker walk plus TurboJPEG's reading of the header: everything a decode needs to
+    /// know before touching the entropy-coded data.
+    struct ParsedHeader: Sendable {
+        var markers: JPEGMarkers
+        var width: Int
+        var height: Int
+        var colorspace: Int32
+
+        init(_ data: UnsafeRawBufferPointer, options: DecodeOptions) throws(ImagingError) {
+            markers = try JPEGMarkers(walking: data, scanLimit: options.maximumProgressiveScans)
+            let handle = try Handle.decompressor()
+            defer { handle.destroy() }
+            let header = try handle.header(data, markers: markers)
+            width = header.width
+            height = header.height
+            colorspace = header.colorspace
+        }
     }
 
     static func decode(
         _ data: UnsafeRawBufferPointer, header: ImageHeader, minimumSize: PixelSize?, options: DecodeOptions
     ) throws(ImagingError) -> CodecOutput {
-        let markers = try JPEGMarkers(walking: data, scanLimit: options.maximumProgressiveScans)
-        let handle = try Handle.decompressor()
-        defer { handle.destroy() }
-        let info = try handle.header(data, markers: markers)
+        // The header's parse when `readHeader` made it (it is for this data and these options);
+        // TurboJPEG's decompress reads the header again by itself.
+        let parsed: ParsedHeader
+        if let cached = header.jpeg { parsed = cached } else { parsed = try ParsedHeader(data, options: options) }
+        let markers = parsed.markers
+        let info = (width: parsed.width, height: parsed.height, colorspace: parsed.colorspace)
         let (width, height) = scaledSize(width: info.width, height: info.height, minimum: minimumSize)
         let isCMYK = info.colorspace == Int32(TJCS_CMYK.rawValue) || info.colorspace == Int32(TJCS_YCCK.rawValue)
         // TurboJPEG 2.1's own scan limit (500) backs up the marker walk when it is stricter.
         var flags = TJFLAG_ACCURATEDCT
         if options.maximumProgressiveScans <= 500 { flags |= TJFLAG_LIMITSCANS }
 
+        let profile = options.convertsColorProfile ? markers.iccProfile : nil
+        if !isCMYK, options.allowsEighthScaleDecoder,
+           var bitmap = decodeEighth(data, markers: markers, info: info, width: width, height: height) {
+            if let profile {
+                bitmap = profile.withUnsafeBytes { ColorProfile.convertToSRGB(bitmap, profile: $0) }
+            }
+            return CodecOutput(bitmap: bitmap)
+        }
+        let handle = try Handle.decompressor()
+        defer { handle.destroy() }
         var outcome = Outcome.success
         var bitmap: Bitmap
-        let profile = options.convertsColorProfile ? markers.iccProfile : nil
         if isCMYK {
             var cmyk = [UInt8](repeating: 0, count: width * height * 4)
             cmyk.withUnsafeMutableBufferPointer { dst in
@@ -51,11 +78,6 @@ enum JPEGCodec: ImageCodec {
                 }
             }
             bitmap = converted ?? naiveRGB(cmyk: cmyk, width: width, height: height, inverted: inverted)
-        } else if options.allowsEighthScaleDecoder, let eighth = decodeEighth(data, markers: markers, info: info, width: width, height: height) {
-            bitmap = eighth
-            if let profile {
-                bitmap = profile.withUnsafeBytes { ColorProfile.convertToSRGB(bitmap, profile: $0) }
-            }
         } else {
             bitmap = Bitmap(width: width, height: height, format: .rgb8) { dst in
                 outcome = handle.decompress(data, into: dst, width: width, height: height, format: TJPF_RGB, flags: flags)

@@ -305,6 +305,9 @@ struct ImageHeader: Sendable {
     var hasAlpha: Bool
     var orientation: ImageOrientation = .up
     var frameCount: Int = 1
+    /// JPEG only: the marker walk and TurboJPEG's header, kept by `readHeader` so that the
+    /// decode that follows does not repeat them. Valid for the same data and options only.
+    var jpeg: JPEGCodec.ParsedHeader?
 
     var info: ImageInfo {
         ImageInfo(
