@@ -347,7 +347,9 @@ scan:;
     int mcus_y = (height + 8 * vmax - 1) / (8 * vmax);
     // Planes padded to whole MCUs, one byte per output pixel per component.
     int stride = mcus_x * 8 * hmax / 8;
-    int rows = mcus_y * 8 * vmax / 8;
+    // One MCU row of output: each is converted to RGB as soon as it is complete, so the
+    // planes never hold more than vmax rows.
+    int rows = vmax;
     planes = malloc((size_t)stride * (size_t)rows * (size_t)ncomp);
     if (!planes) goto done;
 
@@ -386,7 +388,7 @@ scan:;
                         if (sym < 0 || sym > 11) goto done;
                         if (sym) k->pred += receive_extend(&r, sym);
                         if (k->pred < -32768 || k->pred > 32767) goto done;  // not 8-bit data
-                        int x0 = (mx * k->h + bx) * k->fh, y0 = (my * k->v + by) * k->fv;
+                        int x0 = (mx * k->h + bx) * k->fh, y0 = by * k->fv;
                         int n = 1;
                         if (!subsampled) {
                             // Only the DC term shows at 1/8: skip the AC codes and their bits.
@@ -448,24 +450,24 @@ scan:;
             }
             if (r.count < r.padding) goto done;  // decoded past the data: cut short or corrupt
         }
+        // Colour: JFIF YCbCr to RGB, or grey, for this MCU row's output rows.
+        for (int row = 0; row < rows && my * rows + row < out_height; row++) {
+            const uint8_t *yp = planes + (size_t)row * stride;
+            uint8_t *o = rgb + (size_t)(my * rows + row) * out_width * 3;
+            if (ncomp == 1) {
+                for (int x = 0; x < out_width; x++) { o[3 * x] = o[3 * x + 1] = o[3 * x + 2] = yp[x]; }
+                continue;
+            }
+            const uint8_t *cb = yp + (size_t)stride * rows, *cr = cb + (size_t)stride * rows;
+            for (int x = 0; x < out_width; x++) {
+                float luma = yp[x], b = (float)cb[x] - 128, rr = (float)cr[x] - 128;
+                o[3 * x] = clamp_byte(luma + 1.402f * rr);
+                o[3 * x + 1] = clamp_byte(luma - 0.344136f * b - 0.714136f * rr);
+                o[3 * x + 2] = clamp_byte(luma + 1.772f * b);
+            }
+        }
     }
 
-    // Colour: JFIF YCbCr to RGB, or grey.
-    for (int y = 0; y < out_height; y++) {
-        const uint8_t *yp = planes + (size_t)y * stride;
-        uint8_t *o = rgb + (size_t)y * out_width * 3;
-        if (ncomp == 1) {
-            for (int x = 0; x < out_width; x++) { o[3 * x] = o[3 * x + 1] = o[3 * x + 2] = yp[x]; }
-            continue;
-        }
-        const uint8_t *cb = yp + (size_t)stride * rows, *cr = cb + (size_t)stride * rows;
-        for (int x = 0; x < out_width; x++) {
-            float luma = yp[x], b = (float)cb[x] - 128, rr = (float)cr[x] - 128;
-            o[3 * x] = clamp_byte(luma + 1.402f * rr);
-            o[3 * x + 1] = clamp_byte(luma - 0.344136f * b - 0.714136f * rr);
-            o[3 * x + 2] = clamp_byte(luma + 1.772f * b);
-        }
-    }
     status = 0;
 done:
     free(planes);
