@@ -3,7 +3,7 @@ SWIFT ?= swift
 # Warnings are errors in every build the Makefile runs.
 SWIFTFLAGS ?= -Xswiftc -warnings-as-errors
 
-.PHONY: deps build release demo test bench clean
+.PHONY: deps build release demo test bench bench-compare clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -26,6 +26,12 @@ test: deps
 ## Side-by-side benchmarks (release build).
 bench: release
 	$(SWIFT) run -c release --skip-build lumen bench
+
+## The decode benchmark with Pillow and libvips alongside (installs them first: optional
+## tooling in a virtual environment, never needed by Lumen itself).
+bench-compare: release
+	@bash scripts/install-comparison-tools.sh
+	$(SWIFT) run -c release --skip-build lumen bench decode
 
 clean:
 	$(SWIFT) package clean

@@ -1,3 +1,4 @@
+import CLumenShim
 import CTurboJPEG
 import Foundation
 
@@ -9,31 +10,58 @@ import Foundation
 /// lifetime questions.
 enum JPEGCodec: ImageCodec {
     static func readHeader(_ data: UnsafeRawBufferPointer, options: DecodeOptions) throws(ImagingError) -> ImageHeader {
-        let markers = try JPEGMarkers(walking: data, scanLimit: options.maximumProgressiveScans)
-        let handle = try Handle.decompressor()
-        defer { handle.destroy() }
-        let header = try handle.header(data, markers: markers)
+        let parsed = try ParsedHeader(data, options: options)
         return ImageHeader(
-            format: .jpeg, width: header.width, height: header.height, hasAlpha: false,
-            orientation: markers.orientation)
+            format: .jpeg, width: parsed.width, height: parsed.height, hasAlpha: false,
+            orientation: parsed.markers.orientation, jpeg: parsed)
+    }
+
+    /// The marker walk plus TurboJPEG's reading of the header: everything a decode needs to
+    /// know before touching the entropy-coded data.
+    struct ParsedHeader: Sendable {
+        var markers: JPEGMarkers
+        var width: Int
+        var height: Int
+        var colorspace: Int32
+
+        init(_ data: UnsafeRawBufferPointer, options: DecodeOptions) throws(ImagingError) {
+            markers = try JPEGMarkers(walking: data, scanLimit: options.maximumProgressiveScans)
+            let handle = try Handle.decompressor()
+            defer { handle.destroy() }
+            let header = try handle.header(data, markers: markers)
+            width = header.width
+            height = header.height
+            colorspace = header.colorspace
+        }
     }
 
     static func decode(
         _ data: UnsafeRawBufferPointer, header: ImageHeader, minimumSize: PixelSize?, options: DecodeOptions
     ) throws(ImagingError) -> CodecOutput {
-        let markers = try JPEGMarkers(walking: data, scanLimit: options.maximumProgressiveScans)
-        let handle = try Handle.decompressor()
-        defer { handle.destroy() }
-        let info = try handle.header(data, markers: markers)
+        // The header's parse when `readHeader` made it (it is for this data and these options);
+        // TurboJPEG's decompress reads the header again by itself.
+        let parsed: ParsedHeader
+        if let cached = header.jpeg { parsed = cached } else { parsed = try ParsedHeader(data, options: options) }
+        let markers = parsed.markers
+        let info = (width: parsed.width, height: parsed.height, colorspace: parsed.colorspace)
         let (width, height) = scaledSize(width: info.width, height: info.height, minimum: minimumSize)
         let isCMYK = info.colorspace == Int32(TJCS_CMYK.rawValue) || info.colorspace == Int32(TJCS_YCCK.rawValue)
         // TurboJPEG 2.1's own scan limit (500) backs up the marker walk when it is stricter.
         var flags = TJFLAG_ACCURATEDCT
         if options.maximumProgressiveScans <= 500 { flags |= TJFLAG_LIMITSCANS }
 
+        let profile = options.convertsColorProfile ? markers.iccProfile : nil
+        if !isCMYK, options.allowsEighthScaleDecoder,
+           var bitmap = decodeEighth(data, markers: markers, info: info, width: width, height: height) {
+            if let profile {
+                bitmap = profile.withUnsafeBytes { ColorProfile.convertToSRGB(bitmap, profile: $0) }
+            }
+            return CodecOutput(bitmap: bitmap)
+        }
+        let handle = try Handle.decompressor()
+        defer { handle.destroy() }
         var outcome = Outcome.success
         var bitmap: Bitmap
-        let profile = options.convertsColorProfile ? markers.iccProfile : nil
         if isCMYK {
             var cmyk = [UInt8](repeating: 0, count: width * height * 4)
             cmyk.withUnsafeMutableBufferPointer { dst in
@@ -66,6 +94,32 @@ enum JPEGCodec: ImageCodec {
         let isCut = outcome == .warning && markers.isTruncated
         if isCut && !markers.isProgressive { throw .truncated }
         return CodecOutput(bitmap: bitmap, isPartial: isCut)
+    }
+
+    /// A 1/8-scale decode of a clean baseline JPEG by Lumen's own DC decoder
+    /// (`lumen_jpeg_decode_eighth`): the entropy-coded data is parsed once, coefficients that
+    /// cannot affect a 1/8-scale pixel are skipped instead of stored and transformed. `nil`
+    /// when `width`×`height` is not the 1/8 scale or the data is outside the decoder's case
+    /// (progressive, several scans, CMYK or Adobe RGB, damaged or cut short): TurboJPEG then
+    /// decodes as usual, with its own warnings and errors.
+    static func decodeEighth(
+        _ data: UnsafeRawBufferPointer, markers: JPEGMarkers, info: (width: Int, height: Int, colorspace: Int32),
+        width: Int, height: Int
+    ) -> Bitmap? {
+        guard info.width > 8 || info.height > 8,
+              width == (info.width + 7) / 8, height == (info.height + 7) / 8,
+              let frame = markers.frame, frame.components == 1 || frame.components == 3,
+              !markers.isProgressive, markers.scanCount == 1, markers.reachedEnd, !markers.isTruncated,
+              markers.adobeTransform == nil || markers.adobeTransform == 1,
+              let base = data.baseAddress
+        else { return nil }
+        var status: Int32 = -1
+        let bitmap = Bitmap(width: width, height: height, format: .rgb8) { dst in
+            status = lumen_jpeg_decode_eighth(
+                base.assumingMemoryBound(to: UInt8.self), data.count, dst.baseAddress, Int32(width), Int32(height))
+            if status != 0 { dst.initialize(repeating: 0) }
+        }
+        return status == 0 ? bitmap : nil
     }
 
     /// The smallest TurboJPEG scale (at most 1/1) whose output covers `minimum` on both sides;

@@ -56,6 +56,10 @@ public struct DecodeOptions: Sendable, Hashable {
     public var convertsColorProfile: Bool
     /// The most scans a progressive JPEG may have before it is refused as hostile. Default 100.
     public var maximumProgressiveScans: Int
+    /// Whether a 1/8-scale JPEG decode may use Lumen's own DC decoder instead of TurboJPEG.
+    /// Off only for ``ImageDecoder/decodeAtCodecScale(_:options:)`` (TurboJPEG's floor) and
+    /// for tests that compare the two.
+    var allowsEighthScaleDecoder = true
 
     public init(
         size: DecodeSize? = nil,

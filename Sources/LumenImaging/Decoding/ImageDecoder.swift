@@ -123,11 +123,15 @@ public enum ImageDecoder {
     /// Decodes only as far as the codec goes: at the reduced scale (JPEG DCT scaling, WebP
     /// scaled decoding) that `options` would pick, without resampling, orienting or cropping.
     ///
-    /// This is the floor that ``decode(_:options:)``'s cost is measured against; the pixels
-    /// are in stored orientation and at least the requested size.
+    /// This is the floor that ``decode(_:options:)``'s cost is measured against: JPEG is always
+    /// decoded by TurboJPEG here (never by Lumen's own 1/8-scale DC decoder, which
+    /// ``decode(_:options:)`` uses for clean baseline JPEGs). The pixels are in stored
+    /// orientation and at least the requested size.
     /// - Throws: ``ImagingError``.
     public static func decodeAtCodecScale(_ data: Data, options: DecodeOptions) throws(ImagingError) -> Bitmap {
-        try withBytes(data) { bytes throws(ImagingError) in
+        var options = options
+        options.allowsEighthScaleDecoder = false
+        return try withBytes(data) { bytes throws(ImagingError) in
             let header = try header(for: bytes, options: options)
             try checkLimit(header, frames: 1, options: options)
             let geometry = Geometry(header: header, options: options)
@@ -301,6 +305,9 @@ struct ImageHeader: Sendable {
     var hasAlpha: Bool
     var orientation: ImageOrientation = .up
     var frameCount: Int = 1
+    /// JPEG only: the marker walk and TurboJPEG's header, kept by `readHeader` so that the
+    /// decode that follows does not repeat them. Valid for the same data and options only.
+    var jpeg: JPEGCodec.ParsedHeader?
 
     var info: ImageInfo {
         ImageInfo(
