@@ -91,6 +91,7 @@ struct DataCacheEntryFormatTests {
         ("extra byte", [UInt8](repeating: 0, count: 1)),
         ("unknown flag", []),
         ("cut short", []),
+        ("invalid UTF-8", []),
     ])
     func malformedRecordsAreRejected(_ name: String, _ extra: [UInt8]) throws {
         let metadata = CacheMetadata(etag: "x", storedAt: Date(timeIntervalSinceReferenceDate: 0))
@@ -100,6 +101,7 @@ struct DataCacheEntryFormatTests {
         switch name {
         case "unknown flag": record[flagsOffset] |= 0x80
         case "cut short": record.removeLast()
+        case "invalid UTF-8": record[record.count - 1] = 0xff  // the ETag's only byte
         default: break
         }
         #expect(throws: EntryFormat.Invalid.self) {

@@ -224,7 +224,7 @@ enum EntryFormat {
         }
         func string() throws(Invalid) -> String {
             let raw = try stringBytes()
-            guard let string = String(validating: raw.bindMemory(to: UInt8.self), as: UTF8.self) else {
+            guard let string = String(validating: raw, as: UTF8.self) else {
                 throw .undecodableMetadata
             }
             return string
