@@ -43,7 +43,7 @@ struct DataCacheRobustnessTests {
         case .flippedMetadataByte: file[70] ^= 0x01
         case .appendedBytes: file.append(contentsOf: [0, 0, 0, 0])
         case .otherKeysEntry: file = try Data(contentsOf: cache.url(for: "other"))
-        case .futureVersion: file[4] = 2
+        case .futureVersion: file[4] = UInt8(EntryFormat.version + 1)
         }
         try file.write(to: url)
 

@@ -51,25 +51,3 @@ struct DataCacheSweepPlanTests {
         #expect(sweepPlan(entries, now: now, ttl: 1000, sizeLimit: 150).evicted.map(\.name) == ["a", "b"])
     }
 }
-
-/// The entry file layout, byte by byte.
-@Suite(.timeLimit(.minutes(1)))
-struct DataCacheEntryFormatTests {
-    @Test func headerFieldsAreWhereTheLayoutSays() throws {
-        let storedAt = Date(timeIntervalSince1970: 1_800_000_000.5)
-        let payload = Data([1, 2, 3, 4, 5])
-        let prefix = try #require(EntryFormat.encodePrefix(key: "k", metadata: CacheMetadata(storedAt: storedAt), payload: payload))
-        #expect(Array(prefix[0..<4]) == Array("LMNC".utf8))
-        #expect(prefix[4] == 1 && prefix[5] == 0)
-        let metadataLength = Int(prefix[8]) | Int(prefix[9]) << 8 | Int(prefix[10]) << 16 | Int(prefix[11]) << 24
-        #expect(metadataLength == prefix.count - 64)
-        #expect(prefix[16] == 5 && prefix[17..<24].allSatisfy { $0 == 0 })
-        let bits = prefix[24..<32].enumerated().reduce(UInt64(0)) { $0 | UInt64($1.element) << (8 * UInt64($1.offset)) }
-        #expect(Double(bitPattern: bits) == storedAt.timeIntervalSince1970)
-        // The checksum is the SHA-256 of metadata ‖ payload, checked with `sha256sum`.
-        let checksum = prefix[32..<64].map { String(format: "%02x", $0) }.joined()
-        #expect(checksum == cacheTestSHA256(Data(prefix[64...]) + payload))
-        let header = try EntryFormat.decodeHeader(prefix.prefix(64), fileSize: prefix.count + payload.count)
-        #expect(header.payloadLength == 5 && header.metadataLength == metadataLength && header.storedAt == storedAt)
-    }
-}

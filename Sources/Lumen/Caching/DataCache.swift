@@ -26,10 +26,13 @@ public protocol DataCaching: Sendable {
 ///
 /// - **Names.** A key's file is named by the lowercase hex SHA-256 of the key's UTF-8 bytes
 ///   (libcrypto).
-/// - **Format.** Each file holds a header (magic, version, lengths, the date stored, a SHA-256
-///   checksum), the metadata and then the bytes. A file whose size, header or checksum does not
-///   match is never served: the read is a miss, the file is removed and a
-///   ``Failure/Kind/corruptEntryRemoved`` failure is reported.
+/// - **Format.** Each file holds a header (magic, version, lengths, the date stored, a 64-bit
+///   checksum of header, metadata and bytes), the metadata (binary) and then the bytes. A file
+///   whose size, header, version or checksum does not match is never served: the read is a
+///   miss, the file is removed and a ``Failure/Kind/corruptEntryRemoved`` failure is reported.
+///   The checksum detects corruption (any flipped bit or byte always, other damage with
+///   probability about 1 − 2⁻⁶⁴), not tampering: anyone who can write to the directory can
+///   already replace entries.
 /// - **Atomic writes.** An entry is written to a temporary file in the same directory and
 ///   renamed over the old one, so a reader (in this process or another sharing the directory)
 ///   sees the old entry or the new one, never a torn file.

@@ -98,36 +98,57 @@ struct DiskStore: Sendable {
         let inode = UInt64(st.st_ino)
         let size = Int(st.st_size)
         let modified = Self.modificationDate(st)
-        var headerBytes = [UInt8](repeating: 0, count: EntryFormat.headerSize)
-        let got = try headerBytes.withUnsafeMutableBytes { (b) in try readFully(fd, into: b, at: 0) }
         let header: EntryFormat.Header
         do {
-            header = try EntryFormat.decodeHeader(headerBytes.prefix(got), fileSize: size)
-        } catch let invalid {
+            header = try readHeader(fd, fileSize: size)
+        } catch let invalid as EntryFormat.Invalid {
             return .invalid(invalid, inode: inode)
         }
-        var metadataBytes = Data(count: header.metadataLength)
-        var payload = Data(count: header.payloadLength)
-        let gotMetadata = try metadataBytes.withUnsafeMutableBytes { (b) in
-            try readFully(fd, into: b, at: EntryFormat.headerSize)
+        // Metadata and payload are adjacent: one read into one block, which the payload's
+        // `Data` then owns (no zero-filling, no copy). The metadata is only looked at here.
+        let bodyLength = header.metadataLength + header.payloadLength
+        guard let block = malloc(max(1, bodyLength)) else { throw IOError("malloc", code: ENOMEM) }
+        var ownsBlock = true
+        defer { if ownsBlock { free(block) } }
+        let body = UnsafeMutableRawBufferPointer(start: block, count: bodyLength)
+        let got = try readFully(fd, into: body, at: EntryFormat.headerSize)
+        guard got == bodyLength else {
+            // Shrunk since `fstat`: replaced files are new inodes, so this one was truncated.
+            return .invalid(.sizeMismatch(expected: EntryFormat.headerSize + bodyLength, actual: EntryFormat.headerSize + got), inode: inode)
         }
-        let gotPayload = try payload.withUnsafeMutableBytes { (b) in
-            try readFully(fd, into: b, at: EntryFormat.headerSize + header.metadataLength)
-        }
-        guard gotMetadata == header.metadataLength, gotPayload == header.payloadLength else {
-            return .invalid(.sizeMismatch(expected: header.payloadLength, actual: gotPayload), inode: inode)
-        }
+        let metadataBytes = UnsafeRawBufferPointer(rebasing: body[0..<header.metadataLength])
+        let payloadBytes = UnsafeRawBufferPointer(rebasing: body[header.metadataLength...])
         let metadata: CacheMetadata
         do {
-            metadata = try EntryFormat.validate(header: header, metadataBytes: metadataBytes, payload: payload, key: key)
+            metadata = try EntryFormat.validate(header: header, metadataBytes: metadataBytes, payload: payloadBytes, key: key)
         } catch let invalid {
             return .invalid(invalid, inode: inode)
+        }
+        let payload: Data
+        if header.payloadLength == 0 {
+            payload = Data()
+        } else {
+            ownsBlock = false
+            payload = Data(
+                bytesNoCopy: block + header.metadataLength, count: header.payloadLength,
+                deallocator: .custom { _, _ in free(block) }
+            )
         }
         if let now, now.timeIntervalSince(modified) >= touchInterval {
             // Best effort: a failed touch only makes the entry look older to the next sweep.
             try? self.stamp(path: path(name), stamp())
         }
         return .entry(payload, metadata, modified: modified)
+    }
+
+    /// Reads and parses the fixed header of the open file `fd` of `fileSize` bytes.
+    private func readHeader(_ fd: Int32, fileSize: Int) throws -> EntryFormat.Header {
+        var storage: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
+        return try withUnsafeMutableBytes(of: &storage) { raw in
+            assert(raw.count == EntryFormat.headerSize)
+            let got = try readFully(fd, into: raw, at: 0)
+            return try EntryFormat.decodeHeader(UnsafeRawBufferPointer(rebasing: raw[0..<got]), fileSize: fileSize)
+        }
     }
 
     /// The fixed header of entry `name` (for sweeps: no payload read).
@@ -137,15 +158,13 @@ struct DiskStore: Sendable {
         defer { close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0 else { return nil }
-        var headerBytes = [UInt8](repeating: 0, count: EntryFormat.headerSize)
-        guard let got = try? headerBytes.withUnsafeMutableBytes({ (b) in try readFully(fd, into: b, at: 0) }) else {
-            return nil
-        }
         do {
-            let header = try EntryFormat.decodeHeader(headerBytes.prefix(got), fileSize: Int(st.st_size))
+            let header = try readHeader(fd, fileSize: Int(st.st_size))
             return .success(EntryFile(name: name, size: Int(st.st_size), modified: Self.modificationDate(st), storedAt: header.storedAt))
-        } catch let invalid {
+        } catch let invalid as EntryFormat.Invalid {
             return .failure(invalid)
+        } catch {
+            return nil  // unreadable: the next read decides
         }
     }
 

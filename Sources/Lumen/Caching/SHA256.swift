@@ -1,8 +1,9 @@
 import CCrypto
 import Foundation
 
-/// SHA-256 through OpenSSL's libcrypto (a maintained implementation; Lumen never hashes by
-/// hand). Used for disk-cache file names, entry checksums and credential fingerprints.
+/// SHA-256 through OpenSSL's libcrypto (a maintained implementation; Lumen never writes a
+/// cryptographic hash by hand). Used for disk-cache file names and credential fingerprints
+/// (entry checksums, which only need to catch corruption, use the faster ``EntryChecksum``).
 struct SHA256Digest: ~Copyable {
     private var context: OpaquePointer?
 

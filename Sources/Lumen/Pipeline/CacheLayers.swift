@@ -116,7 +116,8 @@ struct RequestCacheKeys: Sendable {
 /// and the logger.
 ///
 /// Every method may run user code (a custom cache, the clock): call them without the graph's
-/// lock. Disk methods do I/O: call them from the data-loading queue's tasks or a worker.
+/// lock. Disk methods do I/O: call them from a stage queue's task or worker (the data-loading
+/// queue, or a decoding worker for the original bytes' lookup).
 final class CacheLayers: Sendable {
     let imageCache: (any ImageCaching)?
     let dataCache: (any DataCaching)?

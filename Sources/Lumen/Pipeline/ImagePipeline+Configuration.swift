@@ -17,7 +17,8 @@ extension ImagePipeline {
         /// The disk cache of bytes (original data and, by ``dataCachePolicy``, encoded processed
         /// images). Default `nil` (off); set `DataCache(name: "images")` to keep bytes under
         /// `$XDG_CACHE_HOME/lumen/images` with HTTP revalidation. Read and written off the
-        /// graph's owner, on the data-loading queue's tasks.
+        /// graph's owner: original bytes are read on a decoding worker (where their decode
+        /// follows), everything else on the data-loading queue's tasks.
         public var dataCache: (any DataCaching)?
         /// What is written to ``dataCache``. Default ``DataCachePolicy/storeOriginalData``.
         public var dataCachePolicy: DataCachePolicy
@@ -41,7 +42,8 @@ extension ImagePipeline {
         public var isProgressiveDecodingEnabled: Bool
         /// Downloads (and data closures): async work, at most 6 at once by default.
         public var dataLoadingQueue: WorkQueue
-        /// Decodes: dedicated worker threads, one per core by default.
+        /// Decodes (and the disk-cache lookups of original bytes that precede them): dedicated
+        /// worker threads, one per core by default.
         public var decodingQueue: WorkQueue
         /// Processors: dedicated worker threads, one per core by default.
         public var processingQueue: WorkQueue

@@ -8,8 +8,8 @@ import FoundationNetworking
 /// loads them with the data loader (or calls the request's data closure) on the data-loading
 /// queue, streaming progress to subscribers, and writes them to the disk cache.
 ///
-/// Disk reads and writes run here, on the data-loading queue's task, never under the graph's
-/// lock. A stale entry with validators is revalidated: the request carries `If-None-Match` /
+/// Disk reads run on a decoding worker (where a hit's decode follows), writes on the
+/// data-loading queue's task; never under the graph's lock. A stale entry with validators is revalidated: the request carries `If-None-Match` /
 /// `If-Modified-Since`, a `304 Not Modified` renews the entry and serves its bytes, a `200`
 /// replaces it. Failures are never written. `file:` and `data:` URLs, and methods other than
 /// `GET`, bypass the disk cache.
@@ -54,11 +54,32 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
         if request.isInMemory {
             // Bytes already in memory: no download slot (a re-decode never waits behind slow
             // downloads). Cancellation needs no operation: `finish` ignores a disposed task.
-            Task { [self] in await run() }
+            Task { [self] in await run(stale: nil) }
             return
         }
+        guard diskKey != nil, CacheLayers.readsDisk(request.options) else {
+            startLoading(stale: nil)
+            return
+        }
+        // The disk is read on a decoding worker: on a hit, the decode it queues is usually
+        // taken by this same thread as it finishes (no wake-up of a download task, then of
+        // another worker). A miss goes on to the data-loading queue.
+        let queue = graph.configuration.decodingQueue
+        let item = queue.enqueue(priority: priority, cancelLater: graph.cancelAfterUnlock) { [self] in
+            guard case .miss(let stale) = readDisk() else { return }
+            graph.sync {
+                operation = nil
+                guard !isDisposed else { return }
+                startLoading(stale: stale)
+            }
+        }
+        operation = (queue, item)
+    }
+
+    /// Queues the load on the data-loading queue. Must hold the graph's lock.
+    private func startLoading(stale: (data: Data, metadata: CacheMetadata)?) {
         let queue = graph.configuration.dataLoadingQueue
-        let item = queue.enqueue(priority: priority, cancelLater: graph.cancelAfterUnlock) { [self] in await run() }
+        let item = queue.enqueue(priority: priority, cancelLater: graph.cancelAfterUnlock) { [self] in await run(stale: stale) }
         operation = (queue, item)
     }
 
@@ -101,7 +122,16 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
         }
     }
 
-    private func run() async {
+    private enum DiskAnswer {
+        /// The task completed from the disk (or failed: nothing there and not allowed to load).
+        case answered
+        /// Load, revalidating the stale entry when there is one.
+        case miss(stale: (data: Data, metadata: CacheMetadata)?)
+    }
+
+    /// Looks the disk cache up; completes the task on a fresh hit (any hit under
+    /// `.returnCacheDataDontLoad`).
+    private func readDisk() -> DiskAnswer {
         let caches = graph.caches
         let options = request.options
         var stale: (data: Data, metadata: CacheMetadata)?
@@ -109,10 +139,20 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
             if options.contains(.returnCacheDataDontLoad) || caches.isFresh(entry.metadata) {
                 graph.metricsStore.withLock { $0.diskCacheFreshHits += 1 }
                 complete(.success(FetchedData(data: entry.data, urlResponse: nil, cacheType: .disk)))
-                return
+                return .answered
             }
             stale = entry
         }
+        if options.contains(.returnCacheDataDontLoad) {
+            complete(.failure(.dataMissingInCache))
+            return .answered
+        }
+        return .miss(stale: stale)
+    }
+
+    private func run(stale: (data: Data, metadata: CacheMetadata)?) async {
+        let caches = graph.caches
+        let options = request.options
         if options.contains(.returnCacheDataDontLoad) {
             complete(.failure(.dataMissingInCache))
             return
