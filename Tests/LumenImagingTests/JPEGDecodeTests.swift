@@ -93,6 +93,52 @@ struct JPEGDecodeTests {
         #expect(try ImageDecoder.decode(jpeg).isPartial == false)
     }
 
+    /// Offsets of the 0xFF of every marker `code` (entropy-coded data stuffs each 0xFF, so the
+    /// pair only appears as a marker).
+    static func markerOffsets(_ data: Data, _ code: UInt8) -> [Int] {
+        let bytes = [UInt8](data)
+        return (0..<(bytes.count - 1)).filter { bytes[$0] == 0xFF && bytes[$0 + 1] == code }
+    }
+
+    /// Data cut inside the marker segment that follows a whole scan (a table, a scan header):
+    /// every such cut still gives the scans before it as a partial frame — never an unwritten
+    /// buffer (TurboJPEG reports the failure on the unfinished segment as a warning).
+    @Test func progressiveJPEGCutInsideAMarkerSegmentGivesTheScansBeforeIt() throws {
+        let original = CorpusJPEG.photoLike(width: 320, height: 240)
+        let jpeg = try original.encode(as: .jpeg(quality: 90, progressive: true))
+        let scans = Self.markerOffsets(jpeg, 0xDA)
+        try #require(scans.count >= 4)
+        for start in scans[2...3] {
+            // Just the marker code, the code and half the length, and the header cut short.
+            for cut in [start + 1, start + 2, start + 3, start + 6] {
+                let decoded = try ImageDecoder.decode(jpeg.prefix(cut))
+                #expect(decoded.isPartial, "cut at \(cut)")
+                #expect(decoded.bitmap.width == 320 && decoded.bitmap.height == 240)
+                #expect(CorpusJPEG.meanAbsoluteDifference(decoded.bitmap, original) < 60, "cut at \(cut)")
+            }
+        }
+        // The same cut decoded twice gives the same pixels (nothing left unwritten).
+        let cut = scans[2] + 2
+        #expect(try ImageDecoder.decode(jpeg.prefix(cut)).bitmap.pixels == ImageDecoder.decode(jpeg.prefix(cut)).bitmap.pixels)
+    }
+
+    /// A warning (junk bytes before a marker) followed by a fatal error (an impossible Huffman
+    /// table) is a failure: TurboJPEG 2.1 still calls it a warning, with nothing decoded.
+    @Test func aFatalErrorAfterAWarningIsCorruptedNotAnImage() throws {
+        let jpeg = try CorpusJPEG.photoLike(width: 320, height: 240).encode(as: .jpeg(quality: 90, progressive: true))
+        let firstScan = try #require(Self.markerOffsets(jpeg, 0xDA).first)
+        let table = try #require(Self.markerOffsets(jpeg, 0xC4).first { $0 > firstScan })
+        var bytes = [UInt8](jpeg)
+        bytes[table + 5] = 3 // three codes of length 1: over-subscribed, and longer than the segment
+        bytes.insert(contentsOf: [0x00, 0x11], at: table) // extraneous bytes: libjpeg warns first
+        #expect(throws: ImagingError.self) { try ImageDecoder.decode(Data(bytes)) }
+        do {
+            _ = try ImageDecoder.decode(Data(bytes))
+        } catch {
+            guard case .corrupted = error else { Issue.record("expected corrupted, got \(error)"); return }
+        }
+    }
+
     @Test func truncatedBaselineJPEGIsAnErrorNotAHalfGreyImage() throws {
         let jpeg = try CorpusJPEG.photoLike(width: 320, height: 240).encode(as: .jpeg(quality: 90, progressive: false))
         #expect(throws: ImagingError.truncated) { try ImageDecoder.decode(jpeg.prefix(jpeg.count / 2)) }

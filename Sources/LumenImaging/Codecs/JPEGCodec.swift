@@ -58,6 +58,22 @@ enum JPEGCodec: ImageCodec {
             }
             return CodecOutput(bitmap: bitmap)
         }
+        // Data cut inside a marker segment (a table or a scan header after the last whole
+        // scan): libjpeg would warn about the early end and then fail on the segment it cannot
+        // finish, and TurboJPEG 2.1 reports that failure as a mere warning, with the output
+        // never written. So it decodes the whole segments and scans before the cut, closed by
+        // an end-of-image marker; the result is still marked partial.
+        var source = data
+        var closedCopy: UnsafeMutableRawBufferPointer?
+        defer { closedCopy?.deallocate() }
+        if markers.isTruncated, let cut = markers.incompleteSegmentStart, cut >= 2 {
+            let copy = UnsafeMutableRawBufferPointer.allocate(byteCount: cut + 2, alignment: 1)
+            copy.copyMemory(from: UnsafeRawBufferPointer(rebasing: data[0..<cut]))
+            copy[cut] = 0xFF
+            copy[cut + 1] = 0xD9
+            closedCopy = copy
+            source = UnsafeRawBufferPointer(copy)
+        }
         let handle = try Handle.decompressor()
         defer { handle.destroy() }
         var outcome = Outcome.success
@@ -65,7 +81,7 @@ enum JPEGCodec: ImageCodec {
         if isCMYK {
             var cmyk = [UInt8](repeating: 0, count: width * height * 4)
             cmyk.withUnsafeMutableBufferPointer { dst in
-                outcome = handle.decompress(data, into: dst, width: width, height: height, format: TJPF_CMYK, flags: flags)
+                outcome = handle.decompress(source, into: dst, width: width, height: height, format: TJPF_CMYK, flags: flags)
             }
             try outcome.check(markers)
             // Photoshop (and everything that writes an Adobe APP14 marker) stores CMYK inverted.
@@ -80,7 +96,7 @@ enum JPEGCodec: ImageCodec {
             bitmap = converted ?? naiveRGB(cmyk: cmyk, width: width, height: height, inverted: inverted)
         } else {
             bitmap = Bitmap(width: width, height: height, format: .rgb8) { dst in
-                outcome = handle.decompress(data, into: dst, width: width, height: height, format: TJPF_RGB, flags: flags)
+                outcome = handle.decompress(source, into: dst, width: width, height: height, format: TJPF_RGB, flags: flags)
             }
             try outcome.check(markers)
             if let profile {
@@ -91,7 +107,7 @@ enum JPEGCodec: ImageCodec {
         // but complete frame (the partial preview); a baseline JPEG's would be its top rows over
         // grey filler, which is no image at all, so that is `truncated`. A warning on complete
         // data (extraneous bytes, a damaged block) still gives the image.
-        let isCut = outcome == .warning && markers.isTruncated
+        let isCut = markers.isTruncated && (outcome == .warning || closedCopy != nil)
         if isCut && !markers.isProgressive { throw .truncated }
         return CodecOutput(bitmap: bitmap, isPartial: isCut)
     }
@@ -190,10 +206,26 @@ enum JPEGCodec: ImageCodec {
         var errorMessage: String { String(cString: tjGetErrorStr2(raw)) }
 
         /// Outcome of a call that returned `status`.
+        ///
+        /// TurboJPEG 2.1 keeps reporting `TJERR_WARNING` once any warning was emitted, even when
+        /// a fatal error followed it and the output was never written. The message tells them
+        /// apart: libjpeg prints only its first warning, and a fatal error overwrites it. So
+        /// `.warning` needs both the code and a message that is one of libjpeg's warnings.
         func outcome(_ status: Int32) -> Outcome {
             if status == 0 { return .success }
-            return tjGetErrorCode(raw) == Int32(TJERR_WARNING.rawValue) ? .warning : .failure(errorMessage)
+            let message = errorMessage
+            guard tjGetErrorCode(raw) == Int32(TJERR_WARNING.rawValue),
+                  Self.warningPrefixes.contains(where: { message.hasPrefix($0) })
+            else { return .failure(message) }
+            return .warning
         }
+
+        /// How libjpeg-turbo's warning messages (`JWRN_*` in jerror.h) begin.
+        static let warningPrefixes = [
+            "Premature end of JPEG file", "Corrupt JPEG data", "Warning:", "Inconsistent progression sequence",
+            "Invalid SOS parameters for sequential JPEG", "Unknown Adobe color transform code",
+            "Application transferred too many scanlines",
+        ]
 
         /// The header as TurboJPEG reads it. Width and height are preset to 0 because
         /// TurboJPEG 2.1 can report success without filling them (a tables-only stream).

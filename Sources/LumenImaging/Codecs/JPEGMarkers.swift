@@ -25,6 +25,10 @@ struct JPEGMarkers {
     var reachedEnd = false
     /// Whether the data ended inside a segment or before the end-of-image marker.
     var isTruncated = false
+    /// When the data ends inside a marker segment (or in the fill bytes before one) rather than
+    /// inside a scan's entropy-coded data: the offset of that segment's first byte. The bytes
+    /// before it are whole segments and scans, so they can be decoded as an image of their own.
+    var incompleteSegmentStart: Int?
 
     /// Walks the markers of the JPEG in `bytes`.
     /// - Parameter scanLimit: the most start-of-scan markers allowed.
@@ -43,8 +47,13 @@ struct JPEGMarkers {
         walk: while true {
             // Bytes that are not a marker are skipped, as libjpeg does (with a warning).
             while p < n && bytes[p] != 0xFF { p += 1 }
+            let segmentStart = p
             while p < n && bytes[p] == 0xFF { p += 1 }  // fill bytes
-            guard p < n else { isTruncated = true; break }
+            guard p < n else {
+                isTruncated = true
+                if segmentStart < n { incompleteSegmentStart = segmentStart }
+                break
+            }
             let marker = bytes[p]
             p += 1
             switch marker {
@@ -61,13 +70,21 @@ struct JPEGMarkers {
             default:
                 break
             }
-            guard p + 2 <= n else { isTruncated = true; break }
+            guard p + 2 <= n else {
+                isTruncated = true
+                incompleteSegmentStart = segmentStart
+                break
+            }
             let length = Int(bytes[p]) << 8 | Int(bytes[p + 1])
             guard length >= 2 else {
                 throw .corrupted(reason: "JPEG marker 0x\(String(marker, radix: 16)) has a bad length \(length)")
             }
             let end = p + length
-            guard end <= n else { isTruncated = true; break }
+            guard end <= n else {
+                isTruncated = true
+                incompleteSegmentStart = segmentStart
+                break
+            }
             let segment = UnsafeRawBufferPointer(rebasing: bytes[(p + 2)..<end])
             p = end
             switch marker {
