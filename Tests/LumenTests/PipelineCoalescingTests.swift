@@ -208,6 +208,11 @@ struct PipelineCoalescingTests {
         h.loader.fail(PipelineURLs.b, statusCode: 404)
         _ = try await h.pipeline.image(for: ImageRequest(url: PipelineURLs.a, processors: [MockImageProcessor("p")]))
         _ = await errorThrown { try await h.pipeline.image(for: PipelineURLs.b) }
+        // The hook hears a stage's end after the graph's lock is released, which may be after
+        // the response reached its caller: wait for the events rather than race them.
+        await h.recorder.wait { counts in
+            ImagePipeline.Stage.allCases.allSatisfy { counts.completed($0) >= 1 } && counts.failed(.decode) >= 1
+        }
         let counts = h.recorder.counts
         for stage in ImagePipeline.Stage.allCases {
             #expect(counts.started(stage) == (stage == .process ? 1 : 2))

@@ -75,7 +75,21 @@ struct WorkQueueTests {
         for _ in 0..<24 { gate.signal() }
         await recorder.wait(count: 24)
         #expect(gauge.peak == 3)
-        #expect(queue.runningCount + queue.pendingCount == 0)
+        // Every slot is given back (after each job's body returns): three new gated jobs all
+        // get to run at once, and nothing is left pending.
+        let again = ConcurrencyGauge()
+        let secondGate = DispatchSemaphore(value: 0)
+        for _ in 0..<3 {
+            let job: @Sendable () async -> Void = {
+                again.enter()
+                await secondGate.waitOffThePool()
+                again.leave()
+            }
+            _ = queue.enqueue(priority: .normal, job) as WorkQueue.Item
+        }
+        await again.waitUntilCurrent(is: 3)
+        #expect(queue.pendingCount == 0)
+        for _ in 0..<3 { secondGate.signal() }
     }
 }
 
