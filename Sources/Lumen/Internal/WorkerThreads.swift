@@ -19,8 +19,11 @@ final class WorkerThreads: @unchecked Sendable { // mutable state is guarded by 
         condition.lock()
         jobs.append(job)
         if jobs.count <= idle || threadCount >= threadLimit {
-            if idle > 0 { condition.signal() }
+            let wakes = idle > 0
             condition.unlock()
+            // Signalled after unlocking, so that the woken thread does not go straight back to
+            // sleep on the lock this thread still holds.
+            if wakes { condition.signal() }
             return
         }
         threadCount += 1
