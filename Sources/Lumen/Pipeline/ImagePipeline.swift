@@ -24,9 +24,9 @@ import FoundationNetworking
 /// on the stage below: the processed image on disk (under an encoding
 /// ``Configuration/dataCachePolicy``), then an intermediate processor prefix in memory, then
 /// the original bytes on disk — revalidated with a conditional request when stale — and only
-/// then the network. ``ImageResponse/cacheType`` says which layer answered. Disk I/O runs on
-/// the data-loading queue's tasks and decoding on the decoding queue, never under the graph's
-/// lock. A broken disk cache never fails a request: it is reported through
+/// then the network. ``ImageResponse/cacheType`` says which layer answered. Looking up the
+/// original bytes on disk and decoding run on the decoding queue's workers (a hit is usually
+/// decoded on the worker that read it), never under the graph's lock. A broken disk cache never fails a request: it is reported through
 /// ``Configuration/eventHandler`` (``Event/cacheFailure(_:)``) and the logger.
 ///
 /// ```swift
