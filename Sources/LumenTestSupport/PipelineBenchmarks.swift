@@ -94,10 +94,7 @@ public enum PipelineBenchmarks {
         let start = clock.now
         let tasks = (0..<count).map { _ in Task { () async throws -> Void in _ = await shared.value() } }
         await shared.waitUntilAllWait()
-        let body = Accumulator()
-        let response = try await loader.loadData(for: URLRequest(url: url)) { chunk, _ in body.append(chunk) }
-        let context = ImageDecodingContext(request: ImageRequest(url: url), urlResponse: response, options: DecodeOptions())
-        shared.resolve(try decoder.decode(body.data, context: context))
+        shared.resolve(try await loadAndDecode(url, loader: loader, decoder: decoder))
         try await waitForAll(tasks)
         return micros(start.duration(to: clock.now)) / Double(count)
     }
@@ -166,12 +163,7 @@ public enum PipelineBenchmarks {
             let directDecoder = TrivialImageDecoder()
             var start = clock.now
             try await waitForAll(urls.map { url in
-                    Task {
-                        let body = Accumulator()
-                        let response = try await directLoader.loadData(for: URLRequest(url: url)) { chunk, _ in body.append(chunk) }
-                        let context = ImageDecodingContext(request: ImageRequest(url: url), urlResponse: response, options: DecodeOptions())
-                        _ = try directDecoder.decode(body.data, context: context)
-                    }
+                    Task { _ = try await loadAndDecode(url, loader: directLoader, decoder: directDecoder) }
                 })
             bestDirect = min(bestDirect, micros(start.duration(to: clock.now)))
 
@@ -189,6 +181,16 @@ public enum PipelineBenchmarks {
         return Result(
             name: "overhead", requests: count, networkRequests: networkRequests, decodes: decodes,
             microsPerRequest: (bestPiped - bestDirect) / Double(count), baselineMicrosPerRequest: bestDirect / Double(count))
+    }
+
+    /// The baselines' work without the pipeline: the loader, then the decoder, called directly.
+    private static func loadAndDecode(
+        _ url: URL, loader: MockDataLoader, decoder: TrivialImageDecoder
+    ) async throws -> ImageContainer {
+        let body = Accumulator()
+        let response = try await loader.loadData(for: URLRequest(url: url)) { chunk, _ in body.append(chunk) }
+        let context = ImageDecodingContext(request: ImageRequest(url: url), urlResponse: response, options: DecodeOptions())
+        return try decoder.decode(body.data, context: context)
     }
 
     /// Awaits unstructured tasks. Not a task group: the runtime removes finished children

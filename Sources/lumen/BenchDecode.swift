@@ -72,7 +72,8 @@ enum BenchDecode {
         // Warm up once (page in code and libraries), then time.
         for d in datas { work(d) }
         let jobs = iterations * datas.count
-        let start = monotonicSeconds(), cpuStart = processCPUSeconds()
+        // CPU time moves much less than wall time on a shared, loaded machine: both are reported.
+        let start = monotonicSeconds(), cpuStart = cpuSeconds()
         if threads == 1 {
             // On this thread, like the Python children: a worker thread's stack and malloc
             // arena would otherwise count as the decoder's working memory.
@@ -80,18 +81,9 @@ enum BenchDecode {
         } else {
             parallelForEach(jobs, concurrency: threads) { i in work(datas[i % datas.count]) }
         }
-        let seconds = monotonicSeconds() - start, cpu = processCPUSeconds() - cpuStart
+        let seconds = monotonicSeconds() - start, cpu = cpuSeconds() - cpuStart
         let (peak, added) = memory.finish()
         print("\(seconds * 1000 / Double(jobs)) \(peak) \(memory.baseline) \(added) \(cpu * 1000 / Double(jobs))")
-    }
-
-    /// User + system CPU time of this process, in seconds: on a shared, loaded machine it
-    /// moves much less than wall time, so it is reported next to it.
-    static func processCPUSeconds() -> Double {
-        var usage = rusage()
-        getrusage(RUSAGE_SELF.rawValue, &usage)
-        func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
-        return seconds(usage.ru_utime) + seconds(usage.ru_stime)
     }
 
     /// RSS bookkeeping of a benchmark child, from `/proc/self/status`: the baseline when
@@ -116,14 +108,7 @@ enum BenchDecode {
         }
 
         /// A `kB` field of `/proc/self/status` in bytes (0 when unavailable).
-        static func status(_ key: String) -> Int {
-            guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
-            for line in text.split(separator: "\n") where line.hasPrefix(key + ":") {
-                let fields = line.split(separator: " ", omittingEmptySubsequences: true)
-                if fields.count >= 2, let kB = Int(fields[1]) { return kB * 1024 }
-            }
-            return 0
-        }
+        static func status(_ key: String) -> Int { processStatusBytes(key) ?? 0 }
     }
 
     struct Measurement {

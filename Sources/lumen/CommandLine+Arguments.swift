@@ -83,6 +83,25 @@ func peakResidentBytes() -> Int {
     return usage.ru_maxrss * 1024
 }
 
+/// CPU time (user + system) this process has used, in seconds.
+func cpuSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+/// A `kB` field of `/proc/self/status` (`VmHWM`, `VmRSS`, …) in bytes; `nil` where the file
+/// or the field does not exist.
+func processStatusBytes(_ key: String) -> Int? {
+    guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return nil }
+    for line in text.split(separator: "\n") where line.hasPrefix(key + ":") {
+        let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+        if fields.count >= 2, let kB = Int(fields[1]) { return kB * 1024 }
+    }
+    return nil
+}
+
 /// Reads a whole file, turning failures into a readable error.
 struct FileReadError: Error, CustomStringConvertible {
     var path: String

@@ -310,22 +310,7 @@ func currentResidentBytes() -> Int {
 /// parent's. The feed's parent holds the loopback server's images (17–36 MB) and, on a first
 /// run, has just generated them, so `ru_maxrss` reported the parent's peak for any child
 /// that stayed below it.
-func ownPeakResidentBytes() -> Int? {
-    guard let status = FileHandle(forReadingAtPath: "/proc/self/status")?.readDataToEndOfFile() else { return nil }
-    for line in String(decoding: status, as: UTF8.self).split(separator: "\n") where line.hasPrefix("VmHWM:") {
-        let fields = line.split(separator: " ")
-        if fields.count >= 2, let kB = Int(fields[1]) { return kB * 1024 }
-    }
-    return nil
-}
-
-/// CPU time (user + system) this process has used, in seconds.
-func cpuSeconds() -> Double {
-    var usage = rusage()
-    getrusage(RUSAGE_SELF.rawValue, &usage)
-    func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
-    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
-}
+func ownPeakResidentBytes() -> Int? { processStatusBytes("VmHWM") }
 
 /// Runs `body` on the cooperative pool and blocks this (non-pool) thread until it returns.
 func runBlocking<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
