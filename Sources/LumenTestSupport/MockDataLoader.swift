@@ -309,59 +309,57 @@ public final class MockDataLoader: DataLoading {
             return state.nextHold
         }
         guard let id else { return }
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let outcome: Bool? = state.withLock { state in
-                    if state.cancelledChunkHolds.remove(id) != nil { return false }
-                    if !state.holdsChunks { return true }
-                    if state.chunkPermits > 0, state.chunkHolds.isEmpty {
-                        state.chunkPermits -= 1
-                        return true
-                    }
-                    state.chunkHolds.append((id, continuation))
-                    return nil
-                }
-                switch outcome {
-                case true?: continuation.resume()
-                case false?: continuation.resume(throwing: CancellationError())
-                case nil: break
-                }
+        try await park { state, continuation in
+            if state.cancelledChunkHolds.remove(id) != nil { return false }
+            if !state.holdsChunks { return true }
+            if state.chunkPermits > 0, state.chunkHolds.isEmpty {
+                state.chunkPermits -= 1
+                return true
             }
-        } onCancel: {
-            let continuation = state.withLock { state -> CheckedContinuation<Void, any Error>? in
-                if let index = state.chunkHolds.firstIndex(where: { $0.id == id }) {
-                    return state.chunkHolds.remove(at: index).continuation
-                }
-                state.cancelledChunkHolds.insert(id)
-                return nil
+            state.chunkHolds.append((id, continuation))
+            return nil
+        } unpark: { state in
+            if let index = state.chunkHolds.firstIndex(where: { $0.id == id }) {
+                return state.chunkHolds.remove(at: index).continuation
             }
-            continuation?.resume(throwing: CancellationError())
+            state.cancelledChunkHolds.insert(id)
+            return nil
         }
     }
 
     /// Holds the calling load until ``resume()`` or cancellation.
     private func wait(_ hold: Int) async throws {
+        try await park { state, continuation in
+            if state.cancelledHolds.remove(hold) != nil { return false }
+            if !state.isSuspended { return true }
+            state.held[hold] = continuation
+            return nil
+        } unpark: { state in
+            if let continuation = state.held.removeValue(forKey: hold) { return continuation }
+            state.cancelledHolds.insert(hold)
+            return nil
+        }
+    }
+
+    /// Suspends the calling load until the continuation `park` stored is resumed, or throws
+    /// `CancellationError` when its task is cancelled. Both closures run under the lock:
+    /// `park` answers `true` to go on at once, `false` when the wait was cancelled before it
+    /// parked, `nil` once it has stored the continuation; `unpark` (on cancellation) takes the
+    /// stored continuation back, or records the cancellation for `park` to find.
+    private func park(
+        _ park: @escaping @Sendable (inout State, CheckedContinuation<Void, any Error>) -> Bool?,
+        unpark: @escaping @Sendable (inout State) -> CheckedContinuation<Void, any Error>?
+    ) async throws {
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let outcome: Bool? = state.withLock { state in
-                    if state.cancelledHolds.remove(hold) != nil { return false }
-                    if !state.isSuspended { return true }
-                    state.held[hold] = continuation
-                    return nil
-                }
-                switch outcome {
+                switch state.withLock({ park(&$0, continuation) }) {
                 case true?: continuation.resume()
                 case false?: continuation.resume(throwing: CancellationError())
                 case nil: break
                 }
             }
         } onCancel: {
-            let continuation = state.withLock { state -> CheckedContinuation<Void, any Error>? in
-                if let continuation = state.held.removeValue(forKey: hold) { return continuation }
-                state.cancelledHolds.insert(hold)
-                return nil
-            }
-            continuation?.resume(throwing: CancellationError())
+            state.withLock { unpark(&$0) }?.resume(throwing: CancellationError())
         }
     }
 }
