@@ -25,7 +25,9 @@ import Synchronization
 ///   `.fileUnreadable` or `.invalidDataURL`.
 /// - Caching: `defaultConfiguration` has no `URLCache`: Lumen caches original bytes in its
 ///   own `DataCache` (with HTTP revalidation), so bytes are never cached twice and 304s
-///   reach the cache layer. Set `urlCache` on your configuration to use URLSession's cache.
+///   reach the cache layer. Set `urlCache` on your configuration to use URLSession's cache
+///   in a pipeline without a disk cache; a pipeline with one sends its requests with
+///   `.reloadIgnoringLocalCacheData`, and for those the `URLCache` neither answers nor stores.
 public final class DataLoader: DataLoading, Sendable {
     /// Why a load failed, other than a transport error (`URLError`) or cancellation.
     public enum Error: Swift.Error, Sendable, CustomStringConvertible {
@@ -164,6 +166,14 @@ public final class DataLoader: DataLoading, Sendable {
         didReceive: @Sendable (Data, URLResponse) throws -> Void
     ) async throws -> URLResponse {
         try Task.checkCancellation()
+        #if canImport(FoundationNetworking)
+        // FoundationNetworking answers from the session's `URLCache` whatever the request's
+        // cache policy says; a request that ignores the local cache (what a pipeline with a
+        // disk cache sends) has any entry there removed first, so the network answers.
+        if request.cachePolicy == .reloadIgnoringLocalCacheData, let urlCache = session.configuration.urlCache {
+            urlCache.removeCachedResponse(for: request)
+        }
+        #endif
         let (events, continuation) = AsyncThrowingStream.makeStream(of: SessionDelegate.Event.self)
         let task = session.dataTask(with: request)
         let identifier = task.taskIdentifier
@@ -276,6 +286,19 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
         }
         handler.continuation.yield(.response(response))
         completionHandler(.allow)
+    }
+
+    /// Responses to requests that ignore the local cache are not stored in the session's
+    /// `URLCache`: a pipeline with a disk cache sends its requests that way, and its bytes are
+    /// cached once, by Lumen.
+    func urlSession(
+        _ session: URLSession,
+        dataTask: URLSessionDataTask,
+        willCacheResponse proposedResponse: CachedURLResponse,
+        completionHandler: @escaping @Sendable (CachedURLResponse?) -> Void
+    ) {
+        let ignoresCache = handler(for: dataTask)?.request.cachePolicy == .reloadIgnoringLocalCacheData
+        completionHandler(ignoresCache ? nil : proposedResponse)
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {

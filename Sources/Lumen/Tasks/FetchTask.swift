@@ -208,6 +208,10 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
         }
         guard var urlRequest = request.urlRequest else { preconditionFailure("FetchTask: a URL resource without a URLRequest") }
         for (name, value) in conditionalHeaders { urlRequest.setValue(value, forHTTPHeaderField: name) }
+        // With a disk cache, Lumen caches the bytes: a `URLCache` on the loader's session must
+        // neither answer (it would bypass revalidation and the cache's own checks) nor store
+        // them a second time (`DataLoader` declines to store responses to such requests).
+        if graph.caches.hasDataCache { urlRequest.cachePolicy = .reloadIgnoringLocalCacheData }
         // `file:` and `data:` URLs go through the loader too, but not over the network.
         let isNetwork = !Self.isLocal(urlRequest.url)
         graph.metricsStore.withLock {
