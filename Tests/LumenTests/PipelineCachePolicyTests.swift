@@ -28,17 +28,30 @@ struct PipelineCachePolicyTests {
         return try bitmap.encode(as: .png)
     }
 
-    private func harness(_ policy: DataCachePolicy, directory: URL? = nil, decoder: RecordingDecoder) -> PipelineCacheHarness {
+    /// A harness with `policy`; with `encodingQueue`, encodes go to that queue (tests suspend
+    /// it, so an encode the pipeline asked for is still pending when the response arrives:
+    /// the encode is queued before the stage finishes).
+    private func harness(_ policy: DataCachePolicy, directory: URL? = nil, decoder: RecordingDecoder,
+                         encodingQueue: WorkQueue? = nil) -> PipelineCacheHarness {
         PipelineCacheHarness(directory: directory) {
             $0.dataCachePolicy = policy
             $0.decoder = decoder
+            if let encodingQueue { $0.encodingQueue = encodingQueue }
         }
+    }
+
+    /// An encoding queue that holds what it is given until resumed.
+    private func suspendedEncodingQueue() -> WorkQueue {
+        let queue = WorkQueue(name: "test.encode", maxConcurrentCount: 1, execution: .threads)
+        queue.isSuspended = true
+        return queue
     }
 
     @Test(arguments: [false, true])
     func storeEncodedImagesWritesProcessedImagesOnly(hasAlpha: Bool) async throws {
         let decoder = RecordingDecoder()
-        let h = harness(.storeEncodedImages, decoder: decoder)
+        let encoding = suspendedEncodingQueue()
+        let h = harness(.storeEncodedImages, decoder: decoder, encodingQueue: encoding)
         defer { h.cleanUp() }
         let source = hasAlpha ? try Self.rgbaPNG() : try pipelineCachePNG()
         h.loader.serve(source, for: PipelineCacheURLs.a)
@@ -46,6 +59,8 @@ struct PipelineCachePolicyTests {
         let request = ImageRequest(url: PipelineCacheURLs.a, processors: [MockImageProcessor("p", applications: applications)])
 
         let first = try await h.pipeline.image(for: request)
+        #expect(encoding.pendingCount == 1)  // the processed image's encode, queued
+        encoding.isSuspended = false
         await h.pipeline.waitForMetrics { $0.diskCache.writes >= 1 }
         await h.flush()
         #expect(h.pipeline.metrics.diskCache.writes == 1)
@@ -53,8 +68,10 @@ struct PipelineCachePolicyTests {
 
         // A new pipeline over the directory: the processed entry answers; no network, no processor.
         let decoder2 = RecordingDecoder()
-        let second = harness(.storeEncodedImages, directory: h.directory, decoder: decoder2)
+        let encoding2 = suspendedEncodingQueue()
+        let second = harness(.storeEncodedImages, directory: h.directory, decoder: decoder2, encodingQueue: encoding2)
         let response = try await second.pipeline.image(for: request)
+        #expect(encoding2.pendingCount == 0)  // a disk hit is not encoded again
         #expect(response.cacheType == .disk)
         #expect(second.loader.loadCount == 0)
         #expect(applications["mock.p"] == 1)
@@ -89,10 +106,12 @@ struct PipelineCachePolicyTests {
 
     @Test func storeOriginalDataNeverEncodes() async throws {
         let decoder = RecordingDecoder()
-        let h = harness(.storeOriginalData, decoder: decoder)
+        let encoding = suspendedEncodingQueue()
+        let h = harness(.storeOriginalData, decoder: decoder, encodingQueue: encoding)
         defer { h.cleanUp() }
         h.loader.serve(try pipelineCachePNG(), for: PipelineCacheURLs.a)
         _ = try await h.pipeline.image(for: ImageRequest(url: PipelineCacheURLs.a, processors: [MockImageProcessor("p")], thumbnail: .maxPixelSize(4)))
+        #expect(encoding.pendingCount == 0)  // nothing was queued for encoding
         await h.flush()
         #expect(h.dataCache?.metrics.writes == 1)
         #expect(h.pipeline.metrics.diskCache.writes == 1)
