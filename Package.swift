@@ -48,7 +48,7 @@ let package = Package(
         // The command-line tool: demo, thumbnail, bench. A thin client of the public API.
         .executableTarget(name: "lumen", dependencies: ["Lumen", "LumenTestSupport"]),
         // A second process for the disk cache's cross-process tests.
-        .executableTarget(name: "lumen-cache-probe", dependencies: ["Lumen"]),
+        .executableTarget(name: "lumen-cache-probe", dependencies: ["Lumen", "LumenTestSupport"]),
         .testTarget(name: "LumenImagingTests", dependencies: ["LumenImaging"], swiftSettings: imagingSettings),
         .testTarget(name: "LumenTests", dependencies: ["Lumen", "LumenTestSupport", "lumen-cache-probe", "lumen"]),
     ] + extraTargets

@@ -12,13 +12,27 @@
 //       simulates a full disk (RLIMIT_FSIZE of 64 KiB, so a larger write fails with EFBIG):
 //       stores a small entry and a large one, and checks that the large write was dropped and
 //       reported, nothing partial is left, and the small entry still reads back.
+//   lumen-cache-probe pipeline-read-only DIR
+//       DIR: an empty directory the caller made read-only (chmod 0555). As root, where
+//       permissions do not bind, the probe first drops to uid and gid 65534 for real (exit 3
+//       if it cannot). Then an `ImagePipeline` with a disk cache in DIR, a `MockDataLoader`
+//       serving a small PNG, an event handler and a logger loads the image twice (memory
+//       emptied in between) and checks: both loads come from the network, each dropped write
+//       (EACCES) reached the event hook as `.cacheFailure(.writeFailed)` and the logger, and
+//       DIR is still empty.
+//   lumen-cache-probe pipeline-full-disk DIR
+//       the same with a full disk (RLIMIT_FSIZE of 64 KiB, as `full-disk`) and a PNG larger
+//       than that (EFBIG): DIR, empty at the start, holds nothing afterwards — no partial file.
 //   lumen-cache-probe bench-memory            ns per synchronous memory-cache hit
 //   lumen-cache-probe bench-sweep DIR N       ms for a sweep over N entries (N small entries written first)
 //
-// Exits 0 when every read was a miss or exactly right, 1 on a wrong read (torn, mixed,
-// mismatched metadata), 2 on bad usage. Prints one summary line.
+// Exits 0 when every read was a miss or exactly right (the pipeline modes: every check
+// passed), 1 on a wrong read (torn, mixed, mismatched metadata) or a failed check, 2 on bad
+// usage, 3 when the pipeline-read-only mode cannot drop root's privileges. Prints one summary
+// line.
 import Foundation
 import Lumen
+import LumenTestSupport
 import Synchronization
 
 /// The payload stored under `key` by writer `seed`: 16 bytes of header (seed, length,
@@ -63,8 +77,115 @@ final class FailureLog: Sendable {
     var all: [DataCache.Failure] { failures.withLock { $0 } }
 }
 
+/// The lines a logger received, from any thread.
+final class LineLog: Sendable {
+    private let lines = Mutex<[String]>([])
+    func add(_ line: String) { lines.withLock { $0.append(line) } }
+    var all: [String] { lines.withLock { $0 } }
+}
+
+/// Makes the file-size limit of this process `bytes` (writes past it fail with EFBIG).
+func limitFileSize(to bytes: Int) {
+    // A file-size limit is per process: here it cannot disturb the test runner.
+    signal(SIGXFSZ, SIG_IGN)
+    var limit = rlimit(rlim_cur: rlim_t(bytes), rlim_max: rlim_t(bytes))
+    guard setrlimit(Int32(RLIMIT_FSIZE.rawValue), &limit) == 0 else {
+        print("FAIL setrlimit: errno \(errno)")
+        exit(1)
+    }
+}
+
+/// As root, becomes uid and gid 65534 (no supplementary groups) for good, so that file
+/// permissions bind; exits 3 if that is not possible. Does nothing for other users.
+func dropRootPrivileges() {
+    guard geteuid() == 0 else { return }
+    func fail(_ call: String) -> Never {
+        print("FAIL cannot drop privileges: \(call): errno \(errno) (\(String(cString: strerror(errno))))")
+        exit(3)
+    }
+    guard setgroups(0, nil) == 0 else { fail("setgroups") }
+    guard setgid(65534) == 0 else { fail("setgid(65534)") }
+    guard setuid(65534) == 0 else { fail("setuid(65534)") }
+    guard getuid() == 65534, geteuid() == 65534, getgid() == 65534, getegid() == 65534 else { fail("ids after setuid") }
+    guard setuid(0) != 0 else { fail("root regained after setuid(65534)") }
+}
+
+/// A PNG of `side`×`side` pseudo-random RGB pixels (incompressible, so its size is about
+/// 3 × side² bytes).
+func noisePNG(side: Int) -> Data {
+    let bytes = payload(key: "png", seed: UInt64(side), size: side * side * 3)
+    let bitmap = Bitmap(width: side, height: side, format: .rgb8) { buffer in
+        for i in 0..<(side * side * 3) { buffer[i] = bytes[bytes.startIndex + 16 + i] }
+    }
+    do {
+        return try bitmap.encode(as: .png)
+    } catch {
+        print("FAIL cannot encode the test image: \(error)")
+        exit(1)
+    }
+}
+
+/// Loads one image twice (memory emptied in between) through a pipeline whose disk cache, in
+/// `directory`, drops every write with `errorCode`; returns the problems found (empty: all
+/// checks passed) and a description of what happened.
+func checkPipeline(directory: URL, image: Data, errorCode: Int32) async -> (problems: [String], summary: String) {
+    // A load that never ends kills the probe with SIGALRM instead of leaving it behind the
+    // test that launched it.
+    alarm(30)
+    let names = { () -> [String] in
+        do { return try FileManager.default.contentsOfDirectory(atPath: directory.path) } catch { return ["(unreadable: \(error))"] }
+    }
+    if !names().isEmpty { return (["directory as uid \(geteuid()) at the start: \(names())"], "") }
+    let loader = MockDataLoader(defaultData: image)
+    let dataCache = DataCache(name: "probe", directory: directory)
+    let recorder = PipelineEventRecorder()
+    let logged = LineLog()
+    var configuration = ImagePipeline.Configuration(dataLoader: loader)
+    configuration.dataCache = dataCache
+    configuration.eventHandler = recorder.handler
+    configuration.logger = { logged.add($0) }
+    let pipeline = ImagePipeline(configuration: configuration)
+    let url = URL(string: "https://probe.example/image.png")!
+
+    var images: [ImageResponse] = []
+    for attempt in 1...2 {
+        pipeline.cache.removeAllFromMemory()
+        do {
+            images.append(try await pipeline.image(for: url))
+        } catch {
+            return (["load \(attempt) failed: \(error)"], "")
+        }
+        // The fetch queues its disk write before the bytes go on to be decoded, and the cache
+        // reports a dropped write from its queue (event hook, then logger): once the image is
+        // here, a flush waits for the write and its report.
+        await dataCache.flush()
+    }
+    var problems: [String] = []
+    for (i, response) in images.enumerated() where response.cacheType != nil {
+        problems.append("load \(i + 1) came from \(String(describing: response.cacheType))")
+    }
+    if images[0].image != images[1].image { problems.append("the two loads differ") }
+    if loader.loadCount != 2 { problems.append("loader loads \(loader.loadCount)") }
+    let failures = recorder.events.compactMap { event -> DataCache.Failure? in
+        if case .cacheFailure(let failure) = event { return failure }
+        return nil
+    }
+    let key = DataCache.key(imageID: url.absoluteString)
+    if failures.count != 2 || !failures.allSatisfy({ $0.kind == .writeFailed && $0.key == key && $0.errorCode == errorCode }) {
+        problems.append("cache failure events \(failures)")
+    }
+    if pipeline.metrics.diskCache.writes != 2 { problems.append("disk writes queued \(pipeline.metrics.diskCache.writes)") }
+    if pipeline.metrics.cacheFailures != 2 { problems.append("pipeline cacheFailures \(pipeline.metrics.cacheFailures)") }
+    if dataCache.metrics.writeFailures != 2 { problems.append("writeFailures \(dataCache.metrics.writeFailures)") }
+    let reports = logged.all.filter { $0.contains("cache failure") && $0.contains("writeFailed") }
+    if reports.count != 2 { problems.append("logger lines \(logged.all)") }
+    if !names().isEmpty { problems.append("files left \(names())") }
+    let summary = "2 loads from the network, 2 dropped writes reported (errno \(errorCode)) to the event hook and logger, directory empty"
+    return (problems, summary)
+}
+
 func usage() -> Never {
-    FileHandle.standardError.write(Data("usage: lumen-cache-probe write DIR PREFIX N SIZE [ROUNDS] [SEED] | read DIR PREFIX N [PASSES] [--require-all]\n".utf8))
+    FileHandle.standardError.write(Data("usage: lumen-cache-probe write DIR PREFIX N SIZE [ROUNDS] [SEED] | read DIR PREFIX N [PASSES] [--require-all] | full-disk DIR | pipeline-read-only DIR | pipeline-full-disk DIR | bench-memory | bench-sweep DIR N\n".utf8))
     exit(2)
 }
 
@@ -99,13 +220,7 @@ if arguments.first == "bench-memory" {
 }
 
 if arguments.first == "full-disk", arguments.count >= 2 {
-    // A file-size limit is per process: here it cannot disturb the test runner.
-    signal(SIGXFSZ, SIG_IGN)
-    var limit = rlimit(rlim_cur: 64 * 1024, rlim_max: 64 * 1024)
-    guard setrlimit(Int32(RLIMIT_FSIZE.rawValue), &limit) == 0 else {
-        print("FAIL setrlimit")
-        exit(1)
-    }
+    limitFileSize(to: 64 * 1024)
     let failures = FailureLog()
     let cache = DataCache(name: "full", directory: URL(fileURLWithPath: arguments[1], isDirectory: true)) { failures.add($0) }
     let small = payload(key: "small", seed: 1, size: 16 * 1024)
@@ -122,6 +237,28 @@ if arguments.first == "full-disk", arguments.count >= 2 {
     let names = (try? FileManager.default.contentsOfDirectory(atPath: arguments[1])) ?? []
     if names != [DataCache.filename(for: "small")] { problems.append("files \(names)") }
     print(problems.isEmpty ? "ok" : "FAIL \(problems.joined(separator: "; "))")
+    exit(problems.isEmpty ? 0 : 1)
+}
+
+if arguments.first == "pipeline-read-only", arguments.count == 2 {
+    dropRootPrivileges()
+    let (problems, summary) = await checkPipeline(
+        directory: URL(fileURLWithPath: arguments[1], isDirectory: true), image: noisePNG(side: 8), errorCode: EACCES)
+    print(problems.isEmpty ? "ok read-only as uid \(geteuid()): \(summary)" : "FAIL \(problems.joined(separator: "; "))")
+    exit(problems.isEmpty ? 0 : 1)
+}
+
+if arguments.first == "pipeline-full-disk", arguments.count == 2 {
+    let limit = 64 * 1024
+    let image = noisePNG(side: 256)
+    guard image.count > limit else {
+        print("FAIL the test image (\(image.count) bytes) fits under the limit")
+        exit(1)
+    }
+    limitFileSize(to: limit)
+    let (problems, summary) = await checkPipeline(
+        directory: URL(fileURLWithPath: arguments[1], isDirectory: true), image: image, errorCode: EFBIG)
+    print(problems.isEmpty ? "ok full disk, \(image.count)-byte image: \(summary)" : "FAIL \(problems.joined(separator: "; "))")
     exit(problems.isEmpty ? 0 : 1)
 }
 

@@ -105,8 +105,13 @@ struct DataCacheRobustnessTests {
         #expect(cache.metrics.writeFailures == 0)
     }
 
-    /// Makes `dir` refuse new files. `chmod 0555` when permissions bind; as root (where they
-    /// do not) the directory is replaced by a regular file instead. Returns which was done.
+    /// Makes `dir` refuse new files and returns how: `"chmod 0555"` when permissions bind (a
+    /// non-root user); as root they do not — and the tests run as root here and in CI — so the
+    /// directory is replaced by a regular file instead (`"replaced by a file"`: writes fail
+    /// with ENOTDIR, not EACCES), which is then the only case this suite exercises. The
+    /// real read-only directory under root is covered by
+    /// `PipelineCacheFailureTests.aReadOnlyDirectoryFailsNoRequestAndIsReported`, whose probe
+    /// drops to an unprivileged uid.
     func makeUnwritable(_ dir: borrowing CacheTestDirectory) throws -> String {
         try FileManager.default.setAttributes([.posixPermissions: 0o555], ofItemAtPath: dir.path)
         let probe = dir.url.appendingPathComponent("probe-write")

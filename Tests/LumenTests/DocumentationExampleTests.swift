@@ -820,14 +820,26 @@ extension DocumentationExampleTests {
             #expect(loader.loadCount == 3)
         }
 
-        @Test func aDiskCacheInTheConfiguration() throws {
+        /// The sample's `DataCache(name: "images")` would create `~/.cache/lumen/images` for real:
+        /// here its size and TTL defaults are checked on a cache in a scratch directory, and its
+        /// directory through ``DataCache/defaultDirectory(name:)``, which creates nothing.
+        @Test func aDiskCacheInTheConfiguration() async throws {
+            let scratch = try DocFixtures.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: scratch) }
             var configuration = ImagePipeline.Configuration()
-            configuration.dataCache = DataCache(name: "images") // ~/.cache/lumen/images, 150 MB, 7 days
+            configuration.dataCache = DataCache(name: "images", directory: scratch) // 150 MB, 7 days
 
             let cache = try #require(configuration.dataCache as? DataCache)
-            #expect(cache.directory == DataCache.defaultDirectory(name: "images"))
-            #expect(cache.directory.path.hasSuffix("/lumen/images"))
+            #expect(cache.directory == scratch)
             #expect(cache.sizeLimit == 150 * 1024 * 1024 && cache.ttl == 7 * 24 * 3600)
+            await cache.flush() // its startup scan is done before the directory goes
+
+            let directory = DataCache.defaultDirectory(name: "images") // ~/.cache/lumen/images
+            #expect(directory.path.hasSuffix("/lumen/images"))
+            if ProcessInfo.processInfo.environment["XDG_CACHE_HOME"] == nil {
+                let home = FileManager.default.homeDirectoryForCurrentUser
+                #expect(directory.standardizedFileURL.path == home.appendingPathComponent(".cache/lumen/images").standardizedFileURL.path)
+            }
         }
 
         @Test func aNewPipelineOverTheSameDirectoryStartsWarm() async throws {

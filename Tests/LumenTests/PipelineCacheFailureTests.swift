@@ -55,6 +55,45 @@ struct PipelineCacheFailureTests {
         #expect(h.loader.loadCount == 2)
     }
 
+    /// A truly read-only directory (writes fail with EACCES), in a second process: as root —
+    /// where permissions do not bind — `lumen-cache-probe` drops to uid 65534 before it builds
+    /// its pipeline, and fails (exit 3) if it cannot, so this test never passes on a directory
+    /// the probe could have written.
+    @Test func aReadOnlyDirectoryFailsNoRequestAndIsReported() async throws {
+        let dir = try CacheTestDirectory()
+        let runsAsRoot = geteuid() == 0
+        if runsAsRoot {
+            // uid 65534 must reach the directory: every directory above it searchable by others.
+            var ancestor = dir.url.resolvingSymlinksInPath().deletingLastPathComponent()
+            while true {
+                let mode = try #require(try FileManager.default.attributesOfItem(atPath: ancestor.path)[.posixPermissions] as? Int)
+                try #require(mode & 0o001 != 0, "\(ancestor.path) (mode \(String(mode, radix: 8))) is not searchable by uid 65534")
+                if ancestor.path == "/" { break }
+                ancestor.deleteLastPathComponent()
+            }
+        }
+        try FileManager.default.setAttributes([.posixPermissions: 0o555], ofItemAtPath: dir.path)
+
+        let outcome = try await Executables.run("lumen-cache-probe", ["pipeline-read-only", dir.path])
+        #expect(outcome.status == 0, "\(outcome.standardOutput)\(outcome.standardError)")
+        let summary = outcome.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(summary.hasPrefix("ok read-only as uid \(runsAsRoot ? 65534 : geteuid()):"), "\(summary)")
+        #expect(summary.contains("2 dropped writes reported (errno \(EACCES))"), "\(summary)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path).isEmpty)
+    }
+
+    /// A full disk, in a second process whose file-size limit (RLIMIT_FSIZE, 64 KiB) makes the
+    /// write of a larger image fail with EFBIG.
+    @Test func aFullDiskFailsNoRequestAndLeavesNothingPartial() async throws {
+        let dir = try CacheTestDirectory()
+        let outcome = try await Executables.run("lumen-cache-probe", ["pipeline-full-disk", dir.path])
+        #expect(outcome.status == 0, "\(outcome.standardOutput)\(outcome.standardError)")
+        let summary = outcome.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(summary.hasPrefix("ok full disk"), "\(summary)")
+        #expect(summary.contains("2 dropped writes reported (errno \(EFBIG))"), "\(summary)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path).isEmpty)
+    }
+
     @Test func aGarbageEntryIsAMissFetchedAgainAndReported() async throws {
         let h = PipelineCacheHarness()
         defer { h.cleanUp() }
