@@ -234,6 +234,34 @@ struct PipelineCacheLayerTests {
         #expect(h.loader.loadCount == 2)
     }
 
+    /// With a disk cache too, the order between the two is: an intermediate prefix in memory
+    /// answers before the original bytes on disk are looked up.
+    @Test func aMemoryPrefixAnswersBeforeTheOriginalBytesOnDisk() async throws {
+        let h = PipelineCacheHarness()
+        defer { h.cleanUp() }
+        let applications = ProcessorApplications()
+        let a = MockImageProcessor("a", applications: applications)
+        let b = MockImageProcessor("b", applications: applications)
+        let ab = ImageRequest(url: PipelineCacheURLs.a, processors: [a, b])
+        let onlyA = ImageRequest(url: PipelineCacheURLs.a, processors: [a])
+        _ = try await h.pipeline.image(for: onlyA)
+        await h.flush()
+        #expect(h.pipeline.cache.containsData(for: ImageRequest(url: PipelineCacheURLs.a)))
+
+        let before = (lookups: h.pipeline.metrics.diskCache.lookups, decodes: h.decoder.decodeCount,
+                      a: applications["mock.a"], b: applications["mock.b"])
+        let response = try await h.pipeline.image(for: ab)
+        #expect(response.cacheType == .memory)
+        #expect(applications["mock.b"] == before.b + 1)
+        #expect(applications["mock.a"] == before.a)
+        #expect(h.decoder.decodeCount == before.decodes)
+        // The disk was not consulted: the default policy stores no processed images, and the
+        // original bytes are not needed once the prefix answers.
+        #expect(h.pipeline.metrics.diskCache.lookups == before.lookups)
+        #expect(h.pipeline.metrics.diskCache.hits == 0)
+        #expect(h.loader.loadCount == 1)
+    }
+
     @Test func anOversizeImageIsNotStoredAndIsCounted() async throws {
         // 64×1 RGB = 192 bytes, above 10% of a 1,000-byte limit.
         let h = PipelineCacheHarness(disk: false, imageCache: ImageCache(costLimit: 1_000))
