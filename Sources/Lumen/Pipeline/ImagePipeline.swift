@@ -104,8 +104,11 @@ public final class ImagePipeline: Sendable {
     }
 
     /// Loads the image at `url`.
+    ///
+    /// Runs on the caller's executor (`nonisolated(nonsending)`): a memory hit returns to a
+    /// caller on an actor (the main actor, say) without leaving it.
     /// - Throws: ``Error``; `.cancelled` when the calling Swift task is cancelled.
-    public func image(for url: URL) async throws -> ImageResponse {
+    public nonisolated(nonsending) func image(for url: URL) async throws -> ImageResponse {
         // `image(for: ImageRequest(url: url))` without the extra async frame, which thousands
         // of suspended requests would each hold.
         if Task.isCancelled { throw Error.cancelled }
@@ -116,8 +119,11 @@ public final class ImagePipeline: Sendable {
     }
 
     /// Loads `request`. Cancelling the calling Swift task cancels the request.
+    ///
+    /// Runs on the caller's executor (`nonisolated(nonsending)`): a memory hit returns to a
+    /// caller on an actor (the main actor, say) without leaving it.
     /// - Throws: ``Error``; `.cancelled` when the calling Swift task is cancelled.
-    public func image(for request: ImageRequest) async throws -> ImageResponse {
+    public nonisolated(nonsending) func image(for request: ImageRequest) async throws -> ImageResponse {
         if Task.isCancelled { throw Error.cancelled } // don't start work nobody awaits
         switch prepare(request) {
         case .hit(let response): return response // no task at all
