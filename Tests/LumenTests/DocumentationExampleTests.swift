@@ -736,8 +736,11 @@ extension DocumentationExampleTests {
             #expect(objects[0]["requests"] as? Int == 200 && objects[1]["requests"] as? Int == 200) // --count
             #expect(Set(objects[2].keys) == [
                 "scenario", "syncHitNanos", "asyncHitNanos", "diskHitMicros", "directReadDecodeMicros",
-                "diskHitRatio", "sweepMillis", "sweepEntries",
+                "diskHitRatio", "sweepMillis", "sweepEntries", "sweepEvictingMillis", "sweepEvicted",
             ])
+            // Half the directory's size as the limit, swept down to 80% of it: about 60% go.
+            let evicted = try #require(objects[2]["sweepEvicted"] as? Int)
+            #expect(evicted > 5_000 && evicted < 7_000)
         }
 
         @Test func anUnknownScenarioIsAUsageError() async throws {
