@@ -198,9 +198,14 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
             nextStreamID += 1
             let id = nextStreamID
             streams[id] = continuation
+            graph.previewReaders += 1
             continuation.onTermination = { [weak self] _ in
                 guard let self else { return }
-                let removed = self.graph.sync { self.streams.removeValue(forKey: id) }
+                let removed = self.graph.sync {
+                    let removed = self.streams.removeValue(forKey: id)
+                    if removed != nil { self.graph.previewReaders -= 1 }
+                    return removed
+                }
                 _ = removed // released here, outside the lock
             }
             return nil
@@ -337,6 +342,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         guard !streams.isEmpty else { return }
         // Finishing a stream runs its `onTermination`, which takes the lock: after unlocking.
         let streams = Array(self.streams.values)
+        graph.previewReaders -= streams.count
         self.streams = [:]
         guard let finished = result else { return }
         graph.afterUnlock {

@@ -169,6 +169,29 @@ struct ProgressiveDecodingTests {
         #expect(metrics.networkRequestsStarted == 1)
     }
 
+    /// Previews cost nothing when nobody can show them: with no `events` stream open in the
+    /// pipeline a completed scan queues no preview decode; with one open, it does.
+    @Test(arguments: [false, true])
+    func previewsAreDecodedOnlyWhileATaskHasAnEventsStream(watched: Bool) async throws {
+        let setup = Setup()
+        let jpeg = try Self.jpeg(progressive: true)
+        setup.loader.serve(jpeg, for: Self.url, splitAt: Self.scanBoundaries(jpeg, count: 1))
+        setup.decodingQueue.isSuspended = true
+        let task = setup.pipeline.imageTask(with: ImageRequest(url: Self.url))
+        let events = watched ? task.events : nil
+
+        setup.loader.releaseChunks(1)  // the first scan, complete
+        await setup.loader.waitForChunks(1)
+        #expect(setup.decodingQueue.pendingCount == (watched ? 1 : 0))
+
+        setup.loader.holdsChunks = false
+        setup.decodingQueue.isSuspended = false
+        let response = try await task.response
+        #expect(!response.isPreview && response.image.width == 320)
+        #expect(setup.pipeline.metrics.decodes == 1)
+        withExtendedLifetime(events) {}
+    }
+
     @Test func previewsAreDecodedAtTheDecodeSizeAndProcessed() async throws {
         let setup = Setup()
         let jpeg = try Self.jpeg(progressive: true)

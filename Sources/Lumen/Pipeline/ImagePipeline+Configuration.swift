@@ -37,8 +37,9 @@ extension ImagePipeline {
         /// a time (scans that arrive meanwhile are skipped, only the newest is decoded next);
         /// the final decode supersedes any pending preview; previews are never cached and never
         /// sent after the final image. Baseline JPEGs and other formats give no previews. Only
-        /// the decoder's ``ImageDecoding/decodePreview(_:context:)`` makes previews. Costs CPU
-        /// for every progressive download, watched or not. Default `false`.
+        /// the decoder's ``ImageDecoding/decodePreview(_:context:)`` makes previews. Previews
+        /// are decoded only while some ``ImageTask/events`` stream of this pipeline is open
+        /// (`image(for:)` callers never see them, so they cost nothing there). Default `false`.
         public var isProgressiveDecodingEnabled: Bool
         /// Downloads (and data closures): async work, at most 6 at once by default.
         public var dataLoadingQueue: WorkQueue

@@ -42,6 +42,9 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     /// unregistering are O(1) without hashing.
     @exclusivity(unchecked) private var roots: [any RootTask] = []
     @exclusivity(unchecked) private(set) var isInvalidated = false
+    /// How many `ImageTask.events` streams are open: previews are decoded only while some
+    /// task can show them.
+    @exclusivity(unchecked) var previewReaders = 0
     /// Counter changes of the current critical section (see ``publishCounts()``).
     @exclusivity(unchecked) private var pendingCounts = PendingCounts()
     /// Metrics waiters must be checked once the lock is released (a flag rather than a queued

@@ -92,6 +92,8 @@ extension DecodeTask {
     /// Schedules a preview decode of `partial` (the body so far at a new scan boundary) at
     /// the request's decode size. Must hold the graph's lock.
     func decodePreview(_ partial: FetchedData) {
+        // Nobody could show it: no task has an `events` stream open.
+        guard graph.previewReaders > 0 else { return }
         let configuration = graph.configuration
         let options = DecodeOptions(size: request.thumbnail, maximumPixelCount: configuration.maximumDecodedPixelCount)
         let context = ImageDecodingContext(request: request, urlResponse: partial.urlResponse, options: options)
