@@ -47,6 +47,12 @@ enum PNGCodec: ImageCodec {
             let info = try self.header(ctx, data: data)
             try maskTransparentColor(ctx, data: data)
             let format: PixelFormat = info.hasAlpha ? .rgba8 : .rgb8
+            let factor = reductionFactor(width: info.width, height: info.height, minimum: minimumSize)
+            var ihdr = spng_ihdr()
+            if factor > 1, spng_get_ihdr(ctx, &ihdr) == 0, ihdr.interlace_method == 0 {
+                let reduced = try decodeReduced(ctx, width: info.width, height: info.height, format: format, factor: factor, data: data)
+                return try finishDecode(ctx, reduced, options: options, data: data)
+            }
             let spngFormat = Int32(format == .rgba8 ? SPNG_FMT_RGBA8.rawValue : SPNG_FMT_RGB8.rawValue)
             var length = 0
             try check(spng_decoded_image_size(ctx, spngFormat, &length), data: data)
@@ -60,20 +66,28 @@ enum PNGCodec: ImageCodec {
                 initialized = status == 0 ? length : 0
             }
             try check(status, data: data)
-            // Read what follows the image data: checks the last IDAT's CRC and trailing chunks.
-            let trailing = spng_decode_chunks(ctx)
-            if trailing != 0 && !isEndOfData(trailing) {
-                try check(trailing, data: data)
-            }
-            var bitmap = Bitmap(width: info.width, height: info.height, format: format, pixels: pixels)
-            if options.convertsColorProfile {
-                var iccp = spng_iccp()
-                if spng_get_iccp(ctx, &iccp) == 0, let profile = iccp.profile, iccp.profile_len > 0 {
-                    bitmap = ColorProfile.convertToSRGB(bitmap, profile: UnsafeRawBufferPointer(start: profile, count: iccp.profile_len))
-                }
-            }
-            return CodecOutput(bitmap: bitmap)
+            return try finishDecode(ctx, Bitmap(width: info.width, height: info.height, format: format, pixels: pixels),
+                                    options: options, data: data)
         }
+    }
+
+    /// After the image data: reads what follows it (checks the last IDAT's CRC and the
+    /// trailing chunks), then converts an `iCCP` profile to sRGB when asked.
+    private static func finishDecode(
+        _ ctx: OpaquePointer, _ decoded: Bitmap, options: DecodeOptions, data: UnsafeRawBufferPointer
+    ) throws(ImagingError) -> CodecOutput {
+        let trailing = spng_decode_chunks(ctx)
+        if trailing != 0 && !isEndOfData(trailing) {
+            try check(trailing, data: data)
+        }
+        var bitmap = decoded
+        if options.convertsColorProfile {
+            var iccp = spng_iccp()
+            if spng_get_iccp(ctx, &iccp) == 0, let profile = iccp.profile, iccp.profile_len > 0 {
+                bitmap = ColorProfile.convertToSRGB(bitmap, profile: UnsafeRawBufferPointer(start: profile, count: iccp.profile_len))
+            }
+        }
+        return CodecOutput(bitmap: bitmap)
     }
 
     /// Resets the count behind ``libspngPeakBytes`` for the calling thread.
@@ -150,7 +164,7 @@ enum PNGCodec: ImageCodec {
     }
 
     /// Throws the typed error for a libspng status (0 is success).
-    private static func check(_ status: Int32, data: UnsafeRawBufferPointer) throws(ImagingError) {
+    static func check(_ status: Int32, data: UnsafeRawBufferPointer) throws(ImagingError) {
         guard status != 0 else { return }
         if isEndOfData(status) { throw .truncated }
         switch status {
