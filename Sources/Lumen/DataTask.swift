@@ -149,9 +149,11 @@ extension DataTask: RootTask {
 extension DataTask: Hashable {
     /// Tasks are equal only to themselves.
     public static func == (lhs: DataTask, rhs: DataTask) -> Bool { lhs === rhs }
+    /// Hashes the task's object identity.
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 }
 
 extension DataTask: CustomStringConvertible {
+    /// `DataTask(…)` around the request's description.
     public var description: String { "DataTask(\(request))" }
 }

@@ -12,6 +12,8 @@ public struct ImageContainer: Sendable {
     /// The original encoded bytes, when the decoder kept them (never for processed images).
     public var data: Data?
 
+    /// Creates a container; each parameter sets the property of the same name. By default the
+    /// image is final, of unknown format, without its encoded data.
     public init(image: Bitmap, isPreview: Bool = false, format: ImageFormat? = nil, data: Data? = nil) {
         self.image = image
         self.isPreview = isPreview

@@ -11,14 +11,26 @@ import FoundationNetworking
 public struct ImageRequest: Sendable, CustomStringConvertible {
     /// How urgent a request is. Queued work runs in priority order, FIFO within a level.
     public enum Priority: Int, Sendable, Hashable, Comparable, CaseIterable {
-        case veryLow = 0, low, normal, high, veryHigh
+        /// The lowest level: queued work at this level starts after every other level's.
+        case veryLow = 0
+        /// Below normal; the default of ``ImagePrefetcher``.
+        case low
+        /// The default for new requests.
+        case normal
+        /// Above normal.
+        case high
+        /// The highest level: queued work at this level starts before every other level's.
+        case veryHigh
 
+        /// Whether `lhs` is less urgent than `rhs`.
         public static func < (lhs: Priority, rhs: Priority) -> Bool { lhs.rawValue < rhs.rawValue }
     }
 
     /// Cache behaviour: which cache layers a request may read and write.
     public struct Options: OptionSet, Sendable, Hashable {
+        /// The options' bits.
         public let rawValue: UInt16
+        /// Creates the options whose bits are `rawValue`.
         public init(rawValue: UInt16) { self.rawValue = rawValue }
 
         /// Skip cached data and images; load from the source (results may still be stored).
@@ -181,8 +193,17 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
 
     /// Creates a request whose bytes come from `data` instead of the data loader.
     ///
-    /// - Parameter id: the identity of the bytes: requests with the same `id` share the call
-    ///   to `data` while it runs, and caches key the result by it.
+    /// - Parameters:
+    ///   - id: the identity of the bytes: requests with the same `id` share the call to `data`
+    ///     while it runs, and caches key the result by it.
+    ///   - data: loads the bytes. An error it throws fails the request as
+    ///     ``ImagePipeline/Error/Code/dataLoadingFailed`` (``ImagePipeline/Error/Code/cancelled``
+    ///     for a cancellation); empty bytes fail as ``ImagePipeline/Error/Code/dataIsEmpty``.
+    ///   - processors: sets ``processors``.
+    ///   - priority: sets ``priority``.
+    ///   - options: sets ``options``.
+    ///   - thumbnail: sets ``thumbnail``.
+    ///   - userInfo: sets ``userInfo``.
     public init(
         id: String, data: @escaping @Sendable () async throws -> Data,
         processors: [any ImageProcessing] = [], priority: Priority = .normal,
@@ -230,6 +251,8 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
         set { mutate { $0.explicitImageID = newValue } }
     }
 
+    /// The source (URL, or `data(id: …)` for a closure request), the processors' identifiers,
+    /// the priority and the thumbnail size.
     public var description: String {
         let source: String
         switch resource {

@@ -23,6 +23,7 @@ public struct ImageResponse: Sendable {
     /// The cache that served the response; `nil` when it was loaded from the source.
     public var cacheType: CacheType?
 
+    /// Creates a response; each parameter sets the property of the same name.
     public init(container: ImageContainer, request: ImageRequest, urlResponse: URLResponse? = nil, cacheType: CacheType? = nil) {
         self.container = container
         self.request = request

@@ -17,6 +17,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         /// first chunk.
         public var total: Int64
 
+        /// Creates a progress of `completed` bytes out of `total`.
         public init(completed: Int64, total: Int64) {
             self.completed = completed
             self.total = total
@@ -40,7 +41,12 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
 
     /// Where the task is in its life.
     public enum State: Sendable, Hashable {
-        case running, cancelled, completed
+        /// The task has not ended yet.
+        case running
+        /// The task ended with ``ImagePipeline/Error/Code/cancelled``.
+        case cancelled
+        /// The task ended with an image or with any error other than a cancellation.
+        case completed
     }
 
     /// The request the task is loading.
@@ -187,7 +193,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     /// The task's events: progress (and previews, when progressive decoding is on), then
     /// `.finished`. A stream created after the task ended yields only `.finished`.
     ///
-    /// The stream holds at most the 32 newest unread events (``eventBufferLimit``): progress is
+    /// The stream holds at most the 32 newest unread events: progress is
     /// cumulative, so a reader that falls behind skips older steps and still gets the latest,
     /// and an unread stream never grows past the limit. `.finished` is the last event and is
     /// never dropped.
@@ -367,9 +373,11 @@ extension ImageTask: RootTask {
 extension ImageTask: Hashable {
     /// Tasks are equal only to themselves.
     public static func == (lhs: ImageTask, rhs: ImageTask) -> Bool { lhs === rhs }
+    /// Hashes the task's object identity.
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 }
 
 extension ImageTask: CustomStringConvertible {
+    /// `ImageTask(…)` around the request's description.
     public var description: String { "ImageTask(\(request))" }
 }

@@ -121,6 +121,9 @@ public final class LoopbackServer: Sendable {
     /// (and resetting its faults: status override, truncation, chunking, latency).
     ///
     /// - Parameters:
+    ///   - path: the route's path; a leading "/" is added when missing.
+    ///   - data: the response body.
+    ///   - contentType: sent as `Content-Type`.
     ///   - headers: extra response headers, sent as given.
     ///   - etag: sent as `ETag`; a request whose `If-None-Match` matches it gets a 304.
     ///   - lastModified: an HTTP date sent as `Last-Modified`; a request without

@@ -5,8 +5,8 @@ import Lumen
 import FoundationNetworking
 #endif
 
-/// A ``DataLoading`` double for tests: serves given bytes per URL, can be suspended, failed
-/// and counted, and lets a test wait — without sleeping — until loads have started.
+/// A ``Lumen/DataLoading`` double for tests: serves given bytes per URL, can be suspended,
+/// failed and counted, and lets a test wait — without sleeping — until loads have started.
 ///
 /// ```swift
 /// let loader = MockDataLoader()
@@ -36,6 +36,8 @@ public final class MockDataLoader: DataLoading {
         /// end); when empty, ``MockDataLoader/chunkSize`` decides.
         public var splitOffsets: [Int]
 
+        /// Creates a response; each parameter sets the property of the same name (`splitAt`
+        /// sets ``splitOffsets``).
         public init(data: Data, declaredLength: Int? = nil, splitAt splitOffsets: [Int] = []) {
             self.data = data
             self.declaredLength = declaredLength
@@ -64,7 +66,9 @@ public final class MockDataLoader: DataLoading {
     public struct StatusError: HTTPStatusCodeProviding, Sendable, Hashable {
         /// The HTTP status.
         public var status: Int
+        /// Creates the error for the HTTP status `statusCode`.
         public init(statusCode: Int) { self.status = statusCode }
+        /// ``status``, for ``Lumen/HTTPStatusCodeProviding``: never `nil`.
         public var statusCode: Int? { status }
     }
 
@@ -243,6 +247,13 @@ public final class MockDataLoader: DataLoading {
 
     // MARK: - DataLoading
 
+    /// Counts the load, waits while ``isSuspended``, then answers for the request's URL: its
+    /// failure if one is set, else a 200 response whose body (the URL's or the default one)
+    /// goes to `didReceive` chunk by chunk, each chunk first waiting for a permit while
+    /// ``holdsChunks`` is on.
+    /// - Throws: the error set with ``fail(_:with:)`` or ``fail(_:statusCode:)``, what
+    ///   `didReceive` throws, or `CancellationError` when the calling task is cancelled (counted
+    ///   in ``cancelledCount``).
     public func loadData(
         for request: URLRequest,
         didReceive: @Sendable (Data, URLResponse) throws -> Void

@@ -7,15 +7,20 @@ import Lumen
 ///
 /// Without a decode size the bitmap is `min(count, 64)`×1 pixels, each pixel three copies of
 /// one input byte; with `.maxPixelSize(n)` or `.size(w, h, _)` it is that size, filled from
-/// the bytes. Empty data throws ``ImagingError/corrupted(reason:)``. Counts its decodes.
+/// the bytes. Empty data throws ``LumenImaging/ImagingError/corrupted(reason:)``. Counts its
+/// decodes.
 public final class TrivialImageDecoder: ImageDecoding {
     private let count = Atomic<Int>(0)
 
+    /// Creates a decoder whose ``decodeCount`` is 0.
     public init() {}
 
     /// Decodes performed so far.
     public var decodeCount: Int { count.load(ordering: .relaxed) }
 
+    /// A gray RGB bitmap made from `data`, at the size `context.options.size` asks for (the
+    /// aspect ratio is not kept); counts the call, also when it throws.
+    /// - Throws: ``LumenImaging/ImagingError/corrupted(reason:)`` for empty data.
     public func decode(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer {
         count.add(1, ordering: .relaxed)
         guard !data.isEmpty else { throw ImagingError.corrupted(reason: "empty data") }
@@ -39,6 +44,7 @@ public final class TrivialImageDecoder: ImageDecoding {
 public final class ProcessorApplications: Sendable {
     private let counts = Mutex<[String: Int]>([:])
 
+    /// Creates an empty counter.
     public init() {}
 
     /// How many times the processor with `identifier` ran.
@@ -63,14 +69,20 @@ public struct MockImageProcessor: ImageProcessing, Hashable {
     public let fails: Bool
     private let applications: ProcessorApplications?
 
+    /// Creates a mock named `name` that throws when `fails`, recording its applications in
+    /// `applications` when given (which plays no part in the mock's identity).
     public init(_ name: String, fails: Bool = false, applications: ProcessorApplications? = nil) {
         self.name = name
         self.fails = fails
         self.applications = applications
     }
 
+    /// `mock.<name>`, or `mock.<name>.fails` for a failing mock.
     public var identifier: String { "mock.\(name)\(fails ? ".fails" : "")" }
 
+    /// `image` one column wider, the new last column opaque white (every byte `0xFF`);
+    /// records the application first.
+    /// - Throws: ``Failure`` when ``fails`` is set.
     public func process(_ image: Bitmap) throws -> Bitmap {
         applications?.record(identifier)
         if fails { throw Failure() }
@@ -86,10 +98,12 @@ public struct MockImageProcessor: ImageProcessing, Hashable {
         }
     }
 
+    /// Whether both mocks have the same ``name`` and ``fails``.
     public static func == (lhs: MockImageProcessor, rhs: MockImageProcessor) -> Bool {
         lhs.name == rhs.name && lhs.fails == rhs.fails
     }
 
+    /// Hashes ``name`` and ``fails``.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(name)
         hasher.combine(fails)
@@ -110,12 +124,19 @@ public final class PipelineEventRecorder: Sendable {
     public struct Counts: Sendable, Hashable {
         fileprivate var values: [String: Int] = [:]
 
+        /// New work started in `stage` (``Lumen/ImagePipeline/Event/started(_:key:)`` events).
         public func started(_ stage: ImagePipeline.Stage) -> Int { values["started.\(stage)", default: 0] }
+        /// Subscribers that joined running work in `stage`
+        /// (``Lumen/ImagePipeline/Event/joined(_:key:)`` events).
         public func joined(_ stage: ImagePipeline.Stage) -> Int { values["joined.\(stage)", default: 0] }
+        /// Work in `stage` that completed (``Lumen/ImagePipeline/Event/completed(_:key:)`` events).
         public func completed(_ stage: ImagePipeline.Stage) -> Int { values["completed.\(stage)", default: 0] }
+        /// Work in `stage` that failed (``Lumen/ImagePipeline/Event/failed(_:key:_:)`` events).
         public func failed(_ stage: ImagePipeline.Stage) -> Int { values["failed.\(stage)", default: 0] }
+        /// Work in `stage` that was cancelled (``Lumen/ImagePipeline/Event/cancelled(_:key:)``
+        /// events).
         public func cancelled(_ stage: ImagePipeline.Stage) -> Int { values["cancelled.\(stage)", default: 0] }
-        /// Problems the caches absorbed (``ImagePipeline/Event/cacheFailure(_:)``).
+        /// Problems the caches absorbed (``Lumen/ImagePipeline/Event/cacheFailure(_:)``).
         public var cacheFailures: Int { values["cacheFailure.fetch", default: 0] }
         /// Subscriptions made (new work plus joins).
         public func subscriptions(_ stage: ImagePipeline.Stage) -> Int { started(stage) + joined(stage) }
@@ -134,6 +155,7 @@ public final class PipelineEventRecorder: Sendable {
 
     private let state = Mutex(State())
 
+    /// Creates a recorder with no events and all counts 0.
     public init() {}
 
     /// The handler to install as `ImagePipeline.Configuration.eventHandler`.

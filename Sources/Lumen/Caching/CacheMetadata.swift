@@ -14,6 +14,8 @@ public struct CacheControl: Sendable, Hashable, Codable {
     /// `immutable`: the representation never changes while fresh.
     public var immutable: Bool
 
+    /// Creates directives; each parameter sets the property of the same name. The defaults
+    /// are an empty header: no `max-age`, no flags.
     public init(maxAge: Int? = nil, noStore: Bool = false, noCache: Bool = false, immutable: Bool = false) {
         self.maxAge = maxAge
         self.noStore = noStore
@@ -64,6 +66,7 @@ public struct CacheMetadata: Sendable, Hashable, Codable {
     /// When the entry was stored or last renewed by a 304: the origin of its age.
     public var storedAt: Date
 
+    /// Creates metadata; each parameter sets the property of the same name.
     public init(
         etag: String? = nil,
         lastModified: String? = nil,

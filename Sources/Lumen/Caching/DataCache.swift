@@ -45,14 +45,15 @@ public protocol DataCaching: Sendable {
 ///   write. Other processes' writes are only seen by the next full sweep.
 /// - **Threads.** Reads run on the caller's thread (the pipeline calls them off its graph
 ///   owner). Writes, removals, renewals and sweeps are queued on a serial background queue;
-///   until one lands, reads in this process already see its effect. ``flush()`` waits for the
-///   queue.
+///   until one lands, reads in this process already see its effect. ``flush()-5e3t9`` (or its
+///   `async` variant) waits for the queue.
 /// - **Failures.** A missing directory is recreated by the next write. A read-only, full or
 ///   otherwise unusable directory drops the write and reports it through `onFailure`; nothing
 ///   is thrown at the caller.
 public final class DataCache: DataCaching {
     /// A problem the cache handled by itself (the caller saw a miss or a dropped write).
     public struct Failure: Error, Sendable, Hashable, CustomStringConvertible {
+        /// The operation that failed.
         public enum Kind: Sendable, Hashable {
             /// A write was dropped (read-only or full directory, directory replaced by a file…).
             case writeFailed
@@ -78,6 +79,7 @@ public final class DataCache: DataCaching {
         /// A human-readable reason.
         public var reason: String
 
+        /// The kind, the path, the key when there is one, and the reason, on one line.
         public var description: String {
             "DataCache \(kind) at \(path)\(key.map { " (key \($0))" } ?? ""): \(reason)"
         }
@@ -297,10 +299,10 @@ public final class DataCache: DataCaching {
 
     /// Stores `data` with `metadata` for `key`, replacing any previous entry.
     ///
-    /// Returns at once; the file is written on the background queue (``flush()`` waits for it),
-    /// and reads in this process see the new entry meanwhile. Not written: metadata that says
-    /// `no-store`, and entries larger than ``sizeLimit`` (those remove the previous entry for
-    /// `key`, now outdated). A write the disk refuses is dropped and reported.
+    /// Returns at once; the file is written on the background queue (``flush()-5e3t9`` waits
+    /// for it), and reads in this process see the new entry meanwhile. Not written: metadata
+    /// that says `no-store`, and entries larger than ``sizeLimit`` (those remove the previous
+    /// entry for `key`, now outdated). A write the disk refuses is dropped and reported.
     public func storeData(_ data: Data, metadata: CacheMetadata, for key: String) {
         guard metadata.isStorable, EntryFormat.headerSize + data.count <= sizeLimit else {
             // A newer response that cannot be kept still makes the stored one outdated.

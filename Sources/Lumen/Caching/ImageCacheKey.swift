@@ -21,8 +21,13 @@ public struct ImageCacheKey: Hashable, Sendable {
 
     /// Creates a key.
     ///
-    /// - Parameter processors: each processor's cheap hashable identity (`Sendable`, so the key
-    ///   can cross threads), in the order the processors run; `[]` for the unprocessed image.
+    /// - Parameters:
+    ///   - imageID: the image identity: the request's `imageID`, else its URL string.
+    ///   - credentialFingerprint: the digest of the request's credential headers
+    ///     (``credentialFingerprint(for:markedHeaders:)``); `nil` when it carried none.
+    ///   - decodeSize: the size the image is decoded at; `nil` for full size.
+    ///   - processors: each processor's cheap hashable identity (`Sendable`, so the key can
+    ///     cross threads), in the order the processors run; `[]` for the unprocessed image.
     public init(
         imageID: String,
         credentialFingerprint: String? = nil,
@@ -58,10 +63,12 @@ public struct ImageCacheKey: Hashable, Sendable {
     /// The hash of all four parts, computed once: the hit path hashes one `Int`.
     private let precomputedHash: Int
 
+    /// Feeds the hash of all four parts, computed when the key was made, to `hasher`.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(precomputedHash)
     }
 
+    /// Whether all four parts are equal (processors compared by hashable identity, in order).
     public static func == (lhs: ImageCacheKey, rhs: ImageCacheKey) -> Bool {
         lhs.precomputedHash == rhs.precomputedHash
             && lhs.imageID == rhs.imageID

@@ -13,6 +13,7 @@ public struct ImageDecodingContext: Sendable {
     /// configuration (``ImagePipeline/Configuration/maximumDecodedPixelCount``).
     public var options: DecodeOptions
 
+    /// Creates a context; each parameter sets the property of the same name.
     public init(request: ImageRequest, urlResponse: URLResponse? = nil, options: DecodeOptions) {
         self.request = request
         self.urlResponse = urlResponse
@@ -48,14 +49,15 @@ extension ImageDecoding {
 
 /// Namespace for the built-in decoders.
 public enum ImageDecoders {
-    /// Lumen's imaging engine (``ImageDecoder``): JPEG, PNG, WebP, GIF (first frame), and
-    /// HEIC/AVIF when built with libheif.
+    /// Lumen's imaging engine (``LumenImaging/ImageDecoder``): JPEG, PNG, WebP, GIF (first
+    /// frame), and HEIC/AVIF when built with libheif.
     public struct Default: ImageDecoding {
+        /// Creates the default decoder; it holds no state.
         public init() {}
 
         /// A final result is never a partial image: bytes that decode only partially (a
-        /// truncated progressive JPEG) fail as ``ImagingError/truncated``, so a cut download
-        /// or a damaged cache entry can never pass for the image.
+        /// truncated progressive JPEG) fail as ``LumenImaging/ImagingError/truncated``, so a cut
+        /// download or a damaged cache entry can never pass for the image.
         public func decode(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer {
             let decoded = try ImageDecoder.decode(data, options: context.options)
             if decoded.isPartial { throw ImagingError.truncated }
@@ -65,7 +67,7 @@ public enum ImageDecoders {
         /// The partial decode of a truncated progressive JPEG: every scan that arrived, as a
         /// complete, coarser frame at the requested size. `nil` when the bytes decode as a whole
         /// image (the final decode will give it); a cut baseline JPEG fails as
-        /// ``ImagingError/truncated``, so it makes no preview.
+        /// ``LumenImaging/ImagingError/truncated``, so it makes no preview.
         public func decodePreview(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer? {
             let decoded = try ImageDecoder.decode(data, options: context.options)
             guard decoded.isPartial else { return nil }

@@ -53,6 +53,7 @@ public final class DataLoader: DataLoading, Sendable {
             return nil
         }
 
+        /// A one-line explanation, e.g. `HTTP status 404 for https://example.com/a.jpg`.
         public var description: String {
             switch self {
             case .statusCode(let status, let response):

@@ -54,7 +54,7 @@ extension ImagePipeline {
         /// first chunk and again while the body streams in. Default 64 MiB.
         public var maximumResponseDataSize: Int
         /// The largest image decoded, in pixels, checked from the header before pixels are
-        /// allocated (``DecodeOptions/maximumPixelCount``). Default 100 megapixels.
+        /// allocated (``LumenImaging/DecodeOptions/maximumPixelCount``). Default 100 megapixels.
         public var maximumDecodedPixelCount: Int
         /// When failed downloads are retried. Default ``RetryPolicy/none``.
         public var retryPolicy: RetryPolicy
@@ -99,8 +99,11 @@ extension ImagePipeline {
         /// Whether a failure may be retried. Never asked about cancellation.
         public var shouldRetry: @Sendable (ImagePipeline.Error) -> Bool
 
+        /// Creates a policy that makes up to `maximumAttempts` attempts, retrying the failures
+        /// `shouldRetry` accepts.
+        ///
         /// - Parameters:
-        ///   - maximumAttempts: total attempts including the first.
+        ///   - maximumAttempts: total attempts including the first; at least 1.
         ///   - shouldRetry: whether a failure may be retried; the default is
         ///     ``isTransient(_:)``: transport errors, 408, 429 and 5xx — never a 404 or 403,
         ///     which a second attempt would only repeat.

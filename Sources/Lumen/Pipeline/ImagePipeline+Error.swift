@@ -24,6 +24,7 @@ extension ImagePipeline {
         public struct Code: Hashable, Sendable, CustomStringConvertible {
             private let name: String
             private init(_ name: String) { self.name = name }
+            /// The code's name, e.g. `dataTooLarge`.
             public var description: String { name }
 
             /// The request (or every caller of the shared work) was cancelled.
@@ -71,23 +72,36 @@ extension ImagePipeline {
             return (underlyingError as? any HTTPStatusCodeProviding)?.statusCode ?? nil
         }
 
+        /// A cancellation: the error with code ``Code/cancelled``.
         public static let cancelled = Error(code: .cancelled)
+        /// An empty response body: the error with code ``Code/dataIsEmpty``.
         public static let dataIsEmpty = Error(code: .dataIsEmpty)
+        /// An invalidated pipeline: the error with code ``Code/pipelineInvalidated``.
         public static let pipelineInvalidated = Error(code: .pipelineInvalidated)
+        /// A cache-only request the caches could not answer: the error with code
+        /// ``Code/dataMissingInCache``.
         public static let dataMissingInCache = Error(code: .dataMissingInCache)
+        /// An error with code ``Code/dataLoadingFailed`` wrapping `error`, the loader's error
+        /// (``statusCode`` reads the HTTP status from it).
         public static func dataLoadingFailed(_ error: any Swift.Error) -> Error {
             Error(code: .dataLoadingFailed, underlyingError: error)
         }
+        /// An error with code ``Code/dataTooLarge``: `byteCount` bytes exceeded `limit` bytes.
         public static func dataTooLarge(limit: Int, byteCount: Int) -> Error {
             Error(code: .dataTooLarge, limit: limit, byteCount: byteCount)
         }
+        /// An error with code ``Code/decodingFailed`` wrapping `error`, the decoder's error.
         public static func decodingFailed(_ error: any Swift.Error) -> Error {
             Error(code: .decodingFailed, underlyingError: error)
         }
+        /// An error with code ``Code/processingFailed``: the processor whose identifier is
+        /// `processor` threw `error`.
         public static func processingFailed(processor: String, _ error: any Swift.Error) -> Error {
             Error(code: .processingFailed, underlyingError: error, processorIdentifier: processor)
         }
 
+        /// The code, with its context for the codes that carry one, e.g.
+        /// `dataLoadingFailed(status 404)` or `dataTooLarge(limit: 100, byteCount: 120)`.
         public var description: String {
             switch code {
             case .dataLoadingFailed:

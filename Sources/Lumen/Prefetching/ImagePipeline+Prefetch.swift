@@ -11,6 +11,7 @@ extension ImagePipeline {
         /// stopped because the calling task was cancelled.
         public var skipped: Int
 
+        /// Creates an outcome with the given counts.
         public init(succeeded: Int, failed: Int, skipped: Int) {
             self.succeeded = succeeded
             self.failed = failed
@@ -19,7 +20,7 @@ extension ImagePipeline {
     }
 
     /// Prefetches the images at `urls` and returns when all have ended (see
-    /// ``prefetch(_:maxConcurrent:destination:)-(ImageRequest)``).
+    /// ``prefetch(_:maxConcurrent:destination:)-([ImageRequest],_,_)``).
     @discardableResult
     public func prefetch(_ urls: [URL], maxConcurrent: Int = 2, destination: ImagePrefetcher.Destination = .memoryCache) async -> PrefetchOutcome {
         await prefetch(urls.map { ImageRequest(url: $0) }, maxConcurrent: maxConcurrent, destination: destination)

@@ -129,7 +129,7 @@ public final class ImagePrefetcher: Sendable {
 
     // MARK: - Prefetching
 
-    /// Starts prefetching the images at `urls` (see ``startPrefetching(with:)-(ImageRequest)``).
+    /// Starts prefetching the images at `urls` (see ``startPrefetching(with:)-([ImageRequest])``).
     public func startPrefetching(with urls: [URL]) {
         startPrefetching(with: urls.map { ImageRequest(url: $0) })
     }
@@ -146,7 +146,7 @@ public final class ImagePrefetcher: Sendable {
         perform(starts)
     }
 
-    /// Stops prefetching the images at `urls` (see ``stopPrefetching(with:)-(ImageRequest)``).
+    /// Stops prefetching the images at `urls` (see ``stopPrefetching(with:)-([ImageRequest])``).
     public func stopPrefetching(with urls: [URL]) {
         stopPrefetching(with: urls.map { ImageRequest(url: $0) })
     }

@@ -19,6 +19,7 @@ public struct DisplaySize: Sendable, Hashable {
     /// Pixels per point.
     public var scale: Double
 
+    /// Creates a display size of `width`×`height` points at `scale` pixels per point.
     public init(width: Double, height: Double, scale: Double = 1) {
         self.width = width
         self.height = height

@@ -76,6 +76,9 @@ public struct LumenImage<Content: View>: View {
         }
     }
 
+    /// The current phase drawn by `content`. The load starts when the view appears (and again
+    /// when the request changes), decodes at the laid-out size, and is cancelled when the view
+    /// disappears.
     public var body: some View {
         content(asyncImagePhase)
             .onGeometryChange(for: CGSize.self) { proxy in
@@ -145,6 +148,7 @@ extension LumenImage where Content == LumenImageDefaultContent {
 public struct LumenImageDefaultContent: View {
     let phase: AsyncImagePhase
 
+    /// The loaded image, else a gray placeholder (`Color.gray` at 20% opacity).
     public var body: some View {
         if let image = phase.image {
             image

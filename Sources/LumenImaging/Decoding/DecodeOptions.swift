@@ -25,6 +25,8 @@ public struct Preshrink: Sendable, Hashable {
     /// Minimum ratio between the codec's output and the target size, at least 1.
     public var factor: Double
 
+    /// Creates a rule that keeps at least `factor` times the target size for the resampler.
+    /// - Precondition: `factor` is at least 1.
     public init(factor: Double) {
         precondition(factor >= 1, "Preshrink: factor must be at least 1, got \(factor)")
         self.factor = factor
@@ -61,6 +63,9 @@ public struct DecodeOptions: Sendable, Hashable {
     /// for tests that compare the two.
     var allowsEighthScaleDecoder = true
 
+    /// Creates options; each parameter sets the property of the same name, and the defaults
+    /// are the ones documented there (full size, no upscaling, ``Preshrink/fastest``,
+    /// 100 megapixels, orientation and colour conversion on, 100 progressive scans).
     public init(
         size: DecodeSize? = nil,
         allowsUpscaling: Bool = false,

@@ -21,12 +21,14 @@ public struct ImageInfo: Sendable, Hashable {
 public struct DecodeStatistics: Sendable, Hashable {
     /// The encoded format.
     public var format: ImageFormat
-    /// The image's natural upright size.
+    /// The image's natural upright width, in pixels.
     public var originalWidth: Int
+    /// The image's natural upright height, in pixels.
     public var originalHeight: Int
-    /// The size the codec decoded at, in stored orientation (smaller than the original when
-    /// JPEG DCT scaling or WebP scaled decoding shrank it).
+    /// The width the codec decoded at, in pixels, in stored orientation (smaller than the
+    /// original when JPEG DCT scaling or WebP scaled decoding shrank it).
     public var codecWidth: Int
+    /// The height the codec decoded at, in pixels, in stored orientation.
     public var codecHeight: Int
     /// The stored EXIF orientation that was applied (or would have been).
     public var orientation: ImageOrientation

@@ -2,7 +2,20 @@ import Foundation
 
 /// An encoded image format, recognised by magic bytes.
 public enum ImageFormat: String, Sendable, Hashable, CaseIterable {
-    case jpeg, png, webp, gif, heic, avif
+    /// JPEG: data starting with `FF D8 FF`.
+    case jpeg
+    /// PNG: data starting with the 8-byte PNG signature.
+    case png
+    /// WebP: a `RIFF` container whose form type is `WEBP`.
+    case webp
+    /// GIF: data starting with `GIF87a` or `GIF89a`.
+    case gif
+    /// HEIC: an ISO BMFF `ftyp` box with a HEIF brand (`heic`, `heix`, `hevc`, `hevx`, `heim`,
+    /// `heis`, or the generic `mif1`/`msf1`). Decoded only when Lumen is built with libheif.
+    case heic
+    /// AVIF: an ISO BMFF `ftyp` box with an `avif` or `avis` brand, which wins over HEIF
+    /// brands. Decoded only when Lumen is built with libheif.
+    case avif
 
     /// The format of `data`, from its first bytes; `nil` when no supported format matches.
     /// The file name or MIME type is never consulted.
@@ -11,7 +24,8 @@ public enum ImageFormat: String, Sendable, Hashable, CaseIterable {
         self = format
     }
 
-    /// The format of the bytes in `buffer`, or `nil`.
+    /// The format of the bytes in `b`, from its first bytes; `nil` when no supported format
+    /// matches.
     public init?(sniffing b: UnsafeRawBufferPointer) {
         func has(_ bytes: [UInt8], at offset: Int = 0) -> Bool {
             guard b.count >= offset + bytes.count else { return false }

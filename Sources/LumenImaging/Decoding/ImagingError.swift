@@ -19,6 +19,7 @@ public enum ImagingError: Error, Sendable, Hashable {
 }
 
 extension ImagingError: CustomStringConvertible {
+    /// The case name, then what went wrong, e.g. `corrupted: <reason>`.
     public var description: String {
         switch self {
         case .unsupportedFormat: "unsupportedFormat: not a JPEG, PNG, WebP, GIF, HEIC or AVIF image"

@@ -123,5 +123,6 @@ public struct Bitmap: Sendable, Hashable {
 }
 
 extension Bitmap: CustomStringConvertible {
+    /// The size and pixel format, e.g. `Bitmap(160x120, rgba8)`; never the pixels.
     public var description: String { "Bitmap(\(width)x\(height), \(format))" }
 }

@@ -3,8 +3,26 @@
 /// The name says where the top of the stored image must go for the picture to be upright,
 /// following the common `UIImage.Orientation` naming.
 public enum ImageOrientation: Int, Sendable, Hashable, CaseIterable {
-    case up = 1, upMirrored = 2, down = 3, downMirrored = 4
-    case leftMirrored = 5, right = 6, rightMirrored = 7, left = 8
+    /// 1: stored upright; nothing to do.
+    case up = 1
+    /// 2: stored mirrored left to right; flipped horizontally to be upright.
+    case upMirrored = 2
+    /// 3: stored upside down; turned 180° to be upright.
+    case down = 3
+    /// 4: stored mirrored top to bottom; flipped vertically to be upright.
+    case downMirrored = 4
+    /// 5: stored transposed; mirrored across the top-left to bottom-right diagonal to be
+    /// upright (width and height swap).
+    case leftMirrored = 5
+    /// 6: stored turned a quarter anticlockwise; turned a quarter clockwise to be upright
+    /// (width and height swap).
+    case right = 6
+    /// 7: stored transversed; mirrored across the top-right to bottom-left diagonal to be
+    /// upright (width and height swap).
+    case rightMirrored = 7
+    /// 8: stored turned a quarter clockwise; turned a quarter anticlockwise to be upright
+    /// (width and height swap).
+    case left = 8
 
     /// Whether the upright image has width and height swapped against the stored one.
     public var swapsDimensions: Bool { rawValue >= 5 }

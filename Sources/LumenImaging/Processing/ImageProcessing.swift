@@ -13,5 +13,6 @@ public protocol ImageProcessing: Sendable {
 }
 
 extension ImageProcessing where Self: Hashable {
+    /// The processor itself: a `Hashable` processor is its own hashable identity.
     public var hashableIdentifier: AnyHashable { self }
 }

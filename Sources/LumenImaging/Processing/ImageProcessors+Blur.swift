@@ -12,12 +12,14 @@ extension ImageProcessors {
         /// The Gaussian's standard deviation σ, in pixels.
         public var radius: Double
 
+        /// Creates a blur whose standard deviation is `radius` pixels (8 by default).
         /// - Precondition: `radius` is finite and not negative.
         public init(radius: Double = 8) {
             precondition(radius >= 0 && radius.isFinite, "GaussianBlur: radius must be finite and not negative, got \(radius)")
             self.radius = radius
         }
 
+        /// `image` blurred, at the same size and in the same format; never throws.
         public func process(_ image: Bitmap) throws -> Bitmap {
             guard radius > 0 else { return image }
             return Resampler.convolve(
@@ -30,6 +32,7 @@ extension ImageProcessors {
             max(1, Double(side) / 3)
         }
 
+        /// `lumen.gaussianBlur?radius=<radius>`.
         public var identifier: String { "lumen.gaussianBlur?radius=\(radius)" }
     }
 }

@@ -86,6 +86,10 @@ extension ImageProcessors {
         /// ``ImagingError/tooLarge(width:height:)``.
         public static let maximumOutputPixelCount = 100_000_000
 
+        /// `image` resampled to ``scaledSize(imageWidth:imageHeight:)``, then, when cropping,
+        /// cut to the centred target window (only that window is resampled).
+        /// - Throws: ``ImagingError/tooLarge(width:height:)`` when the result would exceed
+        ///   ``maximumOutputPixelCount``.
         public func process(_ image: Bitmap) throws -> Bitmap {
             let (sw, sh) = scaledSize(imageWidth: image.width, imageHeight: image.height)
             // The output is the crop when there is one: only that window is ever built.
@@ -103,6 +107,9 @@ extension ImageProcessors {
             return Resampler.resample(image, width: sw, height: sh, filter: filter)
         }
 
+        /// `lumen.resize?width=…&height=…&contentMode=…&crop=0|1&upscale=0|1`, with `auto` for
+        /// a side left to the aspect ratio and `&filter=…` appended unless the filter is
+        /// ``Resampler/Filter/lanczos3``.
         public var identifier: String {
             var s = "lumen.resize?width=\(width.map(String.init) ?? "auto")&height=\(height.map(String.init) ?? "auto")"
             s += "&contentMode=\(contentMode.rawValue)&crop=\(crop ? 1 : 0)&upscale=\(upscale ? 1 : 0)"

@@ -3,11 +3,17 @@ import Foundation
 extension ImageProcessors {
     /// An sRGB colour with straight alpha, 8 bits per channel.
     public struct Color: Sendable, Hashable {
+        /// The red component, 0–255.
         public var red: UInt8
+        /// The green component, 0–255.
         public var green: UInt8
+        /// The blue component, 0–255.
         public var blue: UInt8
+        /// The opacity, from 0 (transparent) to 255 (opaque); not premultiplied into the
+        /// components.
         public var alpha: UInt8
 
+        /// Creates a colour from 8-bit components; opaque unless `alpha` says otherwise.
         public init(red: UInt8, green: UInt8, blue: UInt8, alpha: UInt8 = 255) {
             self.red = red
             self.green = green
@@ -15,7 +21,9 @@ extension ImageProcessors {
             self.alpha = alpha
         }
 
+        /// Opaque white.
         public static let white = Color(red: 255, green: 255, blue: 255)
+        /// Opaque black.
         public static let black = Color(red: 0, green: 0, blue: 0)
 
         /// `rrggbbaa` in lowercase hex: the colour's part of processor identifiers.
@@ -26,10 +34,13 @@ extension ImageProcessors {
 
     /// A border drawn inside a shape's edge.
     public struct Border: Sendable, Hashable {
+        /// The border's colour, blended over the image by its alpha.
         public var color: Color
         /// Width in pixels.
         public var width: Double
 
+        /// Creates a border `width` pixels wide in `color`.
+        /// - Precondition: `width` is finite and not negative.
         public init(color: Color, width: Double) {
             precondition(width >= 0 && width.isFinite, "Border: width must be finite and not negative, got \(width)")
             self.color = color
@@ -42,12 +53,16 @@ extension ImageProcessors {
     /// Crops the centre square and masks it with an anti-aliased circle, with an optional
     /// border inside the edge. The result is ``PixelFormat/rgba8``, transparent outside.
     public struct Circle: ImageProcessing, Hashable {
+        /// The border drawn inside the circle's edge; `nil` for none.
         public var border: Border?
 
+        /// Creates a circle mask, with `border` drawn inside its edge when given.
         public init(border: Border? = nil) {
             self.border = border
         }
 
+        /// The centre square of `image` (as wide as its shorter side) masked to a circle;
+        /// never throws.
         public func process(_ image: Bitmap) throws -> Bitmap {
             let side = min(image.width, image.height)
             let square = image.cropped(
@@ -55,6 +70,7 @@ extension ImageProcessors {
             return ShapeMask.apply(to: square, radius: Double(side) / 2, border: border)
         }
 
+        /// `lumen.circle?border=none`, or `border=<width>,<rrggbbaa>` with a border.
         public var identifier: String { "lumen.circle?border=\(border?.identifier ?? "none")" }
     }
 
@@ -62,19 +78,27 @@ extension ImageProcessors {
     /// shorter side), with an optional border inside the edge. The result is
     /// ``PixelFormat/rgba8``, transparent outside the rounded rectangle.
     public struct RoundedCorners: ImageProcessing, Hashable {
+        /// The corner radius in pixels; at most half the shorter side is used.
         public var radius: Double
+        /// The border drawn inside the shape's edge; `nil` for none.
         public var border: Border?
 
+        /// Creates a mask with corners of `radius` pixels, with `border` drawn inside its edge
+        /// when given.
+        /// - Precondition: `radius` is finite and not negative.
         public init(radius: Double, border: Border? = nil) {
             precondition(radius >= 0 && radius.isFinite, "RoundedCorners: radius must be finite and not negative, got \(radius)")
             self.radius = radius
             self.border = border
         }
 
+        /// `image` at its own size with its corners rounded; never throws.
         public func process(_ image: Bitmap) throws -> Bitmap {
             ShapeMask.apply(to: image, radius: radius, border: border)
         }
 
+        /// `lumen.roundedCorners?radius=<radius>&border=…`, the border as in
+        /// ``ImageProcessors/Circle/identifier``.
         public var identifier: String { "lumen.roundedCorners?radius=\(radius)&border=\(border?.identifier ?? "none")" }
     }
 }

@@ -24,11 +24,17 @@ extension ImageProcessors {
     /// - Throws: ``ImagingError/invalidArgument(reason:)`` when the rectangle does not overlap
     ///   the image.
     public struct Crop: ImageProcessing, Hashable {
+        /// The rectangle's left edge, in pixels from the image's left; may be negative.
         public var x: Int
+        /// The rectangle's top edge, in pixels from the image's top; may be negative.
         public var y: Int
+        /// The rectangle's width in pixels, before clipping.
         public var width: Int
+        /// The rectangle's height in pixels, before clipping.
         public var height: Int
 
+        /// Creates a processor that crops to the `width`×`height` rectangle whose top-left
+        /// corner is (`x`, `y`).
         public init(x: Int, y: Int, width: Int, height: Int) {
             self.x = x
             self.y = y
@@ -36,6 +42,10 @@ extension ImageProcessors {
             self.height = height
         }
 
+        /// The part of `image` inside the rectangle, clipped to the image; `image` itself when
+        /// the rectangle covers it.
+        /// - Throws: ``ImagingError/invalidArgument(reason:)`` when nothing is left after
+        ///   clipping (no overlap, or a width or height that is not positive).
         public func process(_ image: Bitmap) throws -> Bitmap {
             // Clip without overflowing, whatever the numbers.
             func end(_ origin: Int, _ length: Int, _ limit: Int) -> Int {
@@ -52,6 +62,7 @@ extension ImageProcessors {
             return image.cropped(x: x0, y: y0, width: x1 - x0, height: y1 - y0)
         }
 
+        /// `lumen.crop?x=…&y=…&width=…&height=…`, with the rectangle as given (before clipping).
         public var identifier: String { "lumen.crop?x=\(x)&y=\(y)&width=\(width)&height=\(height)" }
     }
 }
@@ -62,8 +73,10 @@ extension ImageProcessors {
     /// Converts to gray with Rec. 709 luma weights on the sRGB-encoded values
     /// (0.2126 R + 0.7152 G + 0.0722 B); keeps the format and the alpha channel.
     public struct Grayscale: ImageProcessing, Hashable {
+        /// Creates a grayscale processor.
         public init() {}
 
+        /// `image` in gray, at the same size and in the same format; never throws.
         public func process(_ image: Bitmap) throws -> Bitmap {
             let c = image.format.channels
             let n = image.pixelCount
@@ -82,6 +95,7 @@ extension ImageProcessors {
             }
         }
 
+        /// `lumen.grayscale`.
         public var identifier: String { "lumen.grayscale" }
     }
 }
@@ -93,26 +107,33 @@ extension ImageProcessors {
     /// identity is the array of the parts' hashable identities. An empty composition returns
     /// the image unchanged.
     public struct Composition: ImageProcessing, Hashable {
+        /// The processors, in the order they run.
         public var processors: [any ImageProcessing]
 
+        /// Creates a processor that runs `processors` in order.
         public init(_ processors: [any ImageProcessing]) {
             self.processors = processors
         }
 
+        /// Runs each processor on the previous one's output, starting with `image`.
+        /// - Throws: the first error a processor throws; the processors after it don't run.
         public func process(_ image: Bitmap) throws -> Bitmap {
             var image = image
             for processor in processors { image = try processor.process(image) }
             return image
         }
 
+        /// `lumen.composition[…]`: the parts' identifiers in order, separated by `|`.
         public var identifier: String {
             "lumen.composition[" + processors.map(\.identifier).joined(separator: "|") + "]"
         }
 
+        /// Whether both compositions have equal hashable identities, part by part, in order.
         public static func == (lhs: Composition, rhs: Composition) -> Bool {
             lhs.processors.map(\.hashableIdentifier) == rhs.processors.map(\.hashableIdentifier)
         }
 
+        /// Hashes the number of parts and each part's hashable identity, in order.
         public func hash(into hasher: inout Hasher) {
             hasher.combine(processors.count)
             for processor in processors { hasher.combine(processor.hashableIdentifier) }
@@ -126,20 +147,27 @@ extension ImageProcessors {
     /// A processor made of a closure. Its identity (string and hashable) is `id`: two
     /// `Anonymous` processors with the same `id` must do the same thing.
     public struct Anonymous: ImageProcessing, Hashable {
+        /// The processor's identity: its ``identifier``, and all it is compared and hashed by.
         public let id: String
         private let closure: @Sendable (Bitmap) throws -> Bitmap
 
+        /// Creates a processor that runs `closure`, identified by `id`.
         public init(id: String, _ closure: @escaping @Sendable (Bitmap) throws -> Bitmap) {
             self.id = id
             self.closure = closure
         }
 
+        /// The closure's result for `image`.
+        /// - Throws: whatever the closure throws.
         public func process(_ image: Bitmap) throws -> Bitmap { try closure(image) }
 
+        /// ``id``, as given.
         public var identifier: String { id }
 
+        /// Whether the two processors have the same ``id``; the closures are not compared.
         public static func == (lhs: Anonymous, rhs: Anonymous) -> Bool { lhs.id == rhs.id }
 
+        /// Hashes ``id``.
         public func hash(into hasher: inout Hasher) { hasher.combine(id) }
     }
 }
