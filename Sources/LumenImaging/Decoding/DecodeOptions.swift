@@ -15,8 +15,8 @@ public enum DecodeSize: Sendable, Hashable {
     case size(width: Int, height: Int, contentMode: ContentMode)
 }
 
-/// How hard the decoder shrinks while decoding (JPEG DCT scaling, WebP scaled decode) before
-/// the resampler produces the exact size.
+/// How hard the decoder shrinks while decoding (JPEG DCT scaling, WebP scaled decode, PNG block
+/// averaging by a whole factor) before the resampler produces the exact size.
 ///
 /// The decoder picks the smallest codec scale whose output is at least `factor` times the
 /// target on both sides. `1` is the hardest pre-shrink (fastest; the codec's own downscale

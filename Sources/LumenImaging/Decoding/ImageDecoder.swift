@@ -81,7 +81,8 @@ public enum ImageDecoder {
     ///
     /// The pixel limit is checked from the header before any pixels are allocated. JPEG is
     /// decoded at the largest DCT scale that still covers the target (per the pre-shrink rule),
-    /// WebP scales while decoding, and then the resampler produces the exact size.
+    /// WebP scales while decoding, a non-interlaced PNG is block-averaged by a whole factor as
+    /// its rows are decoded, and then the resampler produces the exact size.
     /// - Throws: ``ImagingError``.
     public static func decode(_ data: Data, options: DecodeOptions = DecodeOptions()) throws(ImagingError) -> DecodedImage {
         try withBytes(data) { bytes throws(ImagingError) in
