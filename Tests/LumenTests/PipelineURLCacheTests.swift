@@ -71,6 +71,10 @@ struct PipelineURLCacheTests {
         h.pipeline.cache.removeAll()
         let again = try await h.pipeline.image(for: url)
         #expect(again.cacheType == nil)
+        // Ignoring the local cache is not asking proxies and CDNs to skip theirs.
+        for request in server.recordedRequests(for: "/a.jpg") {
+            #expect(request.header("Cache-Control") == nil && request.header("Pragma") == nil)
+        }
         #expect(again.image.width == 64)  // the server's 4096 bytes, not the planted 7
         #expect(server.requestCount(for: "/a.jpg") == 2)
     }
