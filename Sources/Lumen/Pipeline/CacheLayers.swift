@@ -252,11 +252,12 @@ final class CacheLayers: Sendable {
         dataCache.renew(key: key, metadata: renewed)
     }
 
-    /// Reports a problem a cache absorbed: counted, sent to the event hook and the logger.
-    /// Never call it holding the graph's lock.
+    /// Reports a problem a cache absorbed: counted, written to the logger, then sent to the
+    /// event hook (so whoever sees the event finds the logger's line already written). Never
+    /// call it holding the graph's lock.
     func report(_ failure: DataCache.Failure) {
         metrics.withLock { $0.cacheFailures += 1 }
-        eventHandler?(.cacheFailure(failure))
         logger?("cache failure: \(failure)")
+        eventHandler?(.cacheFailure(failure))
     }
 }
