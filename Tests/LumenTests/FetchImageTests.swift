@@ -2,8 +2,11 @@ import Foundation
 import Observation
 import Synchronization
 import Testing
-import Lumen
+@testable import Lumen
 import LumenTestSupport
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 @MainActor
 @Suite(.timeLimit(.minutes(1)))
@@ -26,6 +29,31 @@ struct FetchImageTests {
         #expect(!model.isLoading)
         #expect(h.pipeline.metrics.networkRequestsStarted == 1)
         #expect(h.pipeline.metrics.decodes == 1)
+    }
+
+    /// What a view does when its request may have changed: another caller's credentials are
+    /// another image (the old one must not stay on screen), a new priority is not.
+    @Test func aCredentialChangeReloadsAndAPriorityChangeDoesNot() async throws {
+        let h = PipelineHarness()
+        let model = FetchImage(pipeline: h.pipeline)
+        model.displaySize(width: 100, height: 100, scale: 1)
+        func request(_ authorization: String, priority: ImageRequest.Priority = .normal) -> ImageRequest {
+            var urlRequest = URLRequest(url: PipelineURLs.a)
+            urlRequest.setValue(authorization, forHTTPHeaderField: "Authorization")
+            return ImageRequest(urlRequest: urlRequest, priority: priority)
+        }
+        model.loadIfChanged(request("Bearer one"))
+        await waitUntil(model) { $0.phase.image != nil }
+        #expect(h.loader.loadCount == 1)
+
+        model.loadIfChanged(request("Bearer one", priority: .high))
+        #expect(model.phase.image != nil)  // the same image: nothing reset, nothing loaded
+        model.loadIfChanged(request("Bearer two"))
+        #expect(model.phase.image == nil)  // user one's image is gone at once
+        await waitUntil(model) { $0.phase.image != nil }
+        #expect(h.loader.loadCount == 2)
+        model.loadIfChanged(nil)
+        #expect(model.phase.image == nil && model.request == nil)
     }
 
     @Test func aFailedDownloadIsTheFailurePhase() async throws {

@@ -136,6 +136,15 @@ public final class FetchImage {
         resume()
     }
 
+    /// Loads `request` unless it shows the same image as the current request (same source,
+    /// credentials, image ID, decode size and processors; see
+    /// ``ImageRequest/ShownImageIdentity``): what a view calls whenever its request may have
+    /// changed. A request that differs only in priority or options keeps what is shown.
+    func loadIfChanged(_ request: ImageRequest?) {
+        guard request.map(\.shownImageIdentity) != self.request.map(\.shownImageIdentity) else { return }
+        load(request)
+    }
+
     /// The view appeared: starts whatever is missing (fetch, decode).
     public func onAppear() {
         isHidden = false
@@ -345,5 +354,21 @@ public final class FetchImage {
     private func updateIsLoading() {
         let loading = fetchTask != nil || decoding != nil
         if isLoading != loading { isLoading = loading }
+    }
+}
+
+extension ImageRequest {
+    /// What makes two requests show the same image, for a view deciding whether to reload:
+    /// the source with the headers that identify the caller (a different `Authorization`
+    /// is a different image), the image ID, the decode size and the processors. The priority
+    /// is not part of it.
+    struct ShownImageIdentity: Hashable, Sendable {
+        let fetch: FetchKey
+        let image: ImageCacheKey
+    }
+
+    /// This request's ``ShownImageIdentity``.
+    var shownImageIdentity: ShownImageIdentity {
+        ShownImageIdentity(fetch: fetchKey, image: RequestCacheKeys.finalMemoryKey(self))
     }
 }

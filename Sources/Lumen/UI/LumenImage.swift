@@ -101,13 +101,12 @@ public struct LumenImage<Content: View>: View {
 
     // MARK: - Internals
 
-    /// What identifies the request for change detection.
-    private var requestIdentity: String? { request.map { String(describing: $0) } }
+    /// What identifies the request for change detection: the image it shows, credentials
+    /// included (see `ImageRequest.ShownImageIdentity`).
+    private var requestIdentity: ImageRequest.ShownImageIdentity? { request?.shownImageIdentity }
 
     private func loadIfChanged() {
-        if model.request.map({ String(describing: $0) }) != requestIdentity {
-            model.load(request)
-        }
+        model.loadIfChanged(request)
     }
 
     private var asyncImagePhase: AsyncImagePhase {
