@@ -2,6 +2,11 @@ import Foundation
 
 extension ImagePipeline {
     /// All of a pipeline's tuning in one value. Defaults are stated on each property.
+    ///
+    /// The loader, decoder, caches and work queues are objects: copies of a configuration
+    /// share them, so two pipelines made from one configuration value share the memory cache
+    /// and the concurrency limits of each queue. Give each pipeline its own queues (and
+    /// caches) to keep them independent.
     public struct Configuration: Sendable {
         /// Loads the bytes of URL requests. Default: a new ``DataLoader``.
         public var dataLoader: any DataLoading
