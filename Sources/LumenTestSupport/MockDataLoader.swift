@@ -72,9 +72,26 @@ public final class MockDataLoader: DataLoading {
         public var statusCode: Int? { status }
     }
 
-    private struct LoadWaiter {
-        var count: Int
-        var continuation: CheckedContinuation<Void, Never>
+    /// Something counted (loads started, loads cancelled, chunks delivered) and the tasks
+    /// waiting for the count to reach a value.
+    private struct Tally {
+        private(set) var count = 0
+        private var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+
+        /// Adds one; returns the waiters it satisfies (resume them after unlocking).
+        mutating func increment() -> [CheckedContinuation<Void, Never>] {
+            count += 1
+            let ready = waiters.filter { $0.count <= count }.map(\.continuation)
+            waiters.removeAll { $0.count <= count }
+            return ready
+        }
+
+        /// `true` when the count already reached `target`; otherwise keeps `continuation`.
+        mutating func isReached(_ target: Int, orKeep continuation: CheckedContinuation<Void, Never>) -> Bool {
+            if count >= target { return true }
+            waiters.append((target, continuation))
+            return false
+        }
     }
 
     private struct State {
@@ -83,22 +100,19 @@ public final class MockDataLoader: DataLoading {
         var failures: [URL: any Error] = [:]
         var isSuspended = false
         var chunkSize: Int?
-        var loadCount = 0
+        var loads = Tally()
         var loadCounts: [URL: Int] = [:]
         var requestedURLs: [URL] = []
-        var cancelledCount = 0
+        var cancellations = Tally()
         var held: [Int: CheckedContinuation<Void, any Error>] = [:]
         var cancelledHolds: Set<Int> = []
         var nextHold = 0
-        var loadWaiters: [LoadWaiter] = []
-        var cancelWaiters: [LoadWaiter] = []
         var holdsChunks = false
         var chunkPermits = 0
         /// Chunks waiting for a permit, in arrival order.
         var chunkHolds: [(id: Int, continuation: CheckedContinuation<Void, any Error>)] = []
         var cancelledChunkHolds: Set<Int> = []
-        var deliveredChunks = 0
-        var chunkWaiters: [LoadWaiter] = []
+        var deliveredChunks = Tally()
     }
 
     private let state: Mutex<State>
@@ -170,18 +184,11 @@ public final class MockDataLoader: DataLoading {
     }
 
     /// Chunks the pipeline has taken so far (its callback returned), over all loads.
-    public var deliveredChunkCount: Int { state.withLock { $0.deliveredChunks } }
+    public var deliveredChunkCount: Int { state.withLock { $0.deliveredChunks.count } }
 
     /// Returns once the pipeline has taken at least `count` chunks, over all loads.
     public func waitForChunks(_ count: Int) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let ready = state.withLock { state in
-                if state.deliveredChunks >= count { return true }
-                state.chunkWaiters.append(LoadWaiter(count: count, continuation: continuation))
-                return false
-            }
-            if ready { continuation.resume() }
-        }
+        await wait(until: \.deliveredChunks, reaches: count)
     }
 
     /// While `true`, started loads wait (counted, holding no data) until ``resume()``.
@@ -207,7 +214,7 @@ public final class MockDataLoader: DataLoading {
     // MARK: - Counting
 
     /// Loads started so far.
-    public var loadCount: Int { state.withLock { $0.loadCount } }
+    public var loadCount: Int { state.withLock { $0.loads.count } }
 
     /// Loads of `url` started so far.
     public func loadCount(for url: URL) -> Int { state.withLock { $0.loadCounts[url, default: 0] } }
@@ -216,32 +223,25 @@ public final class MockDataLoader: DataLoading {
     public var requestedURLs: [URL] { state.withLock { $0.requestedURLs } }
 
     /// Loads that ended because their task was cancelled.
-    public var cancelledCount: Int { state.withLock { $0.cancelledCount } }
+    public var cancelledCount: Int { state.withLock { $0.cancellations.count } }
 
     /// Loads waiting for ``resume()``.
     public var heldCount: Int { state.withLock { $0.held.count } }
 
     /// Returns once at least `count` loads have started.
     public func waitForLoads(_ count: Int) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let ready = state.withLock { state in
-                if state.loadCount >= count { return true }
-                state.loadWaiters.append(LoadWaiter(count: count, continuation: continuation))
-                return false
-            }
-            if ready { continuation.resume() }
-        }
+        await wait(until: \.loads, reaches: count)
     }
 
     /// Returns once at least `count` loads have ended by cancellation.
     public func waitForCancellations(_ count: Int) async {
+        await wait(until: \.cancellations, reaches: count)
+    }
+
+    /// Returns once `tally` has counted at least `count`.
+    private func wait(until tally: WritableKeyPath<State, Tally>, reaches count: Int) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let ready = state.withLock { state in
-                if state.cancelledCount >= count { return true }
-                state.cancelWaiters.append(LoadWaiter(count: count, continuation: continuation))
-                return false
-            }
-            if ready { continuation.resume() }
+            if state.withLock({ $0[keyPath: tally].isReached(count, orKeep: continuation) }) { continuation.resume() }
         }
     }
 
@@ -260,16 +260,13 @@ public final class MockDataLoader: DataLoading {
     ) async throws -> URLResponse {
         let url = request.url ?? URL(string: "mock:none")!
         let (ready, isSuspended, hold) = state.withLock { state in
-            state.loadCount += 1
+            let ready = state.loads.increment()
             state.loadCounts[url, default: 0] += 1
             state.requestedURLs.append(url)
-            let count = state.loadCount
-            let ready = state.loadWaiters.filter { $0.count <= count }
-            state.loadWaiters.removeAll { $0.count <= count }
             state.nextHold += 1
             return (ready, state.isSuspended, state.nextHold)
         }
-        ready.forEach { $0.continuation.resume() }
+        ready.forEach { $0.resume() }
         do {
             if isSuspended { try await wait(hold) }
             try Task.checkCancellation()
@@ -285,25 +282,11 @@ public final class MockDataLoader: DataLoading {
                 try await waitForChunkPermit()
                 try Task.checkCancellation()
                 try didReceive(response.data.subdata(in: range), urlResponse)
-                let ready = state.withLock { state in
-                    state.deliveredChunks += 1
-                    let count = state.deliveredChunks
-                    let ready = state.chunkWaiters.filter { $0.count <= count }
-                    state.chunkWaiters.removeAll { $0.count <= count }
-                    return ready
-                }
-                ready.forEach { $0.continuation.resume() }
+                state.withLock { $0.deliveredChunks.increment() }.forEach { $0.resume() }
             }
             return urlResponse
         } catch is CancellationError {
-            let ready = state.withLock { state in
-                state.cancelledCount += 1
-                let count = state.cancelledCount
-                let ready = state.cancelWaiters.filter { $0.count <= count }
-                state.cancelWaiters.removeAll { $0.count <= count }
-                return ready
-            }
-            ready.forEach { $0.continuation.resume() }
+            state.withLock { $0.cancellations.increment() }.forEach { $0.resume() }
             throw CancellationError()
         }
     }
