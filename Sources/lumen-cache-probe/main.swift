@@ -23,8 +23,6 @@
 //   lumen-cache-probe pipeline-full-disk DIR
 //       the same with a full disk (RLIMIT_FSIZE of 64 KiB, as `full-disk`) and a PNG larger
 //       than that (EFBIG): DIR, empty at the start, holds nothing afterwards — no partial file.
-//   lumen-cache-probe bench-memory            ns per synchronous memory-cache hit
-//   lumen-cache-probe bench-sweep DIR N       ms for a sweep over N entries (N small entries written first)
 //
 // Exits 0 when every read was a miss or exactly right (the pipeline modes: every check
 // passed), 1 on a wrong read (torn, mixed, mismatched metadata) or a failed check, 2 on bad
@@ -185,39 +183,11 @@ func checkPipeline(directory: URL, image: Data, errorCode: Int32) async -> (prob
 }
 
 func usage() -> Never {
-    FileHandle.standardError.write(Data("usage: lumen-cache-probe write DIR PREFIX N SIZE [ROUNDS] [SEED] | read DIR PREFIX N [PASSES] [--require-all] | full-disk DIR | pipeline-read-only DIR | pipeline-full-disk DIR | bench-memory | bench-sweep DIR N\n".utf8))
+    FileHandle.standardError.write(Data("usage: lumen-cache-probe write DIR PREFIX N SIZE [ROUNDS] [SEED] | read DIR PREFIX N [PASSES] [--require-all] | full-disk DIR | pipeline-read-only DIR | pipeline-full-disk DIR\n".utf8))
     exit(2)
 }
 
 let arguments = Array(CommandLine.arguments.dropFirst())
-
-if arguments.first == "bench-memory" {
-    let cache = ImageCache(costLimit: 1 << 30)
-    let keys = (0..<1000).map { ImageCacheKey(imageID: "https://example.com/\($0).jpg", decodeSize: .maxPixelSize(256)) }
-    let image = ImageContainer(image: Bitmap(width: 16, height: 16, format: .rgba8, pixels: [UInt8](repeating: 0, count: 1024)))
-    for key in keys { cache[key] = image }
-    let rounds = 2000
-    var found = 0
-    let start = ContinuousClock.now
-    for _ in 0..<rounds {
-        for key in keys where cache[key] != nil { found += 1 }
-    }
-    let elapsed = ContinuousClock.now - start
-    let nanos = Double(elapsed.components.seconds) * 1e9 + Double(elapsed.components.attoseconds) / 1e9
-    print("syncHitNanos \(nanos / Double(found)) hits \(found)")
-    // Baseline: the same keys in a plain dictionary, no lock.
-    var plain: [ImageCacheKey: ImageContainer] = [:]
-    for key in keys { plain[key] = image }
-    var plainFound = 0
-    let plainStart = ContinuousClock.now
-    for _ in 0..<rounds {
-        for key in keys where plain[key] != nil { plainFound += 1 }
-    }
-    let plainElapsed = ContinuousClock.now - plainStart
-    let plainNanos = Double(plainElapsed.components.seconds) * 1e9 + Double(plainElapsed.components.attoseconds) / 1e9
-    print("dictionaryHitNanos \(plainNanos / Double(plainFound))")
-    exit(0)
-}
 
 if arguments.first == "full-disk", arguments.count >= 2 {
     limitFileSize(to: 64 * 1024)
@@ -260,21 +230,6 @@ if arguments.first == "pipeline-full-disk", arguments.count == 2 {
         directory: URL(fileURLWithPath: arguments[1], isDirectory: true), image: image, errorCode: EFBIG)
     print(problems.isEmpty ? "ok full disk, \(image.count)-byte image: \(summary)" : "FAIL \(problems.joined(separator: "; "))")
     exit(problems.isEmpty ? 0 : 1)
-}
-
-if arguments.first == "bench-sweep", arguments.count >= 3, let n = Int(arguments[2]) {
-    let directory = URL(fileURLWithPath: arguments[1], isDirectory: true)
-    let cache = DataCache(name: "bench", directory: directory, sizeLimit: Int.max / 4)
-    for i in 0..<n {
-        cache.storeData(Data(repeating: UInt8(i & 0xff), count: 256), metadata: CacheMetadata(storedAt: Date()), for: "key-\(i)")
-    }
-    cache.flush()
-    let start = ContinuousClock.now
-    cache.sweep()
-    cache.flush()
-    let elapsed = ContinuousClock.now - start
-    print("sweepMillis \(Double(elapsed.components.attoseconds) / 1e15 + Double(elapsed.components.seconds) * 1000) entries \(n)")
-    exit(0)
 }
 
 guard arguments.count >= 4, let count = Int(arguments[3]) else { usage() }
