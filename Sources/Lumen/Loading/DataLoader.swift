@@ -82,6 +82,8 @@ public final class DataLoader: DataLoading, Sendable {
     public let session: URLSession
     private let delegate: SessionDelegate
     private let validator: Validator
+    /// The session's `URLCache`, read once (`session.configuration` is a fresh copy per call).
+    private let urlCache: URLCache?
 
     /// How many body bytes a `file:` read hands to `didReceive` at a time.
     static let fileChunkSize = 128 * 1024
@@ -119,6 +121,7 @@ public final class DataLoader: DataLoading, Sendable {
         let delegate = SessionDelegate()
         self.delegate = delegate
         self.validator = validate
+        self.urlCache = configuration.urlCache
         self.session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
     }
 
@@ -171,7 +174,7 @@ public final class DataLoader: DataLoading, Sendable {
         // FoundationNetworking answers from the session's `URLCache` whatever the request's
         // cache policy says; a request that ignores the local cache (what a pipeline with a
         // disk cache sends) has any entry there removed first, so the network answers.
-        if request.cachePolicy == .reloadIgnoringLocalCacheData, let urlCache = session.configuration.urlCache {
+        if request.cachePolicy == .reloadIgnoringLocalCacheData, let urlCache {
             urlCache.removeCachedResponse(for: request)
         }
         #endif
