@@ -293,12 +293,9 @@ struct FeedRunner {
     }
 }
 
-/// This process's resident set size now, in bytes (`/proc/self/statm`).
+/// This process's resident set size now, in bytes (`VmRSS`; 0 where it is not available).
 func currentResidentBytes() -> Int {
-    guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
-    let fields = statm.split(separator: " ")
-    guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
-    return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+    processStatusBytes("VmRSS") ?? 0
 }
 
 /// This process's own peak resident set size in bytes: `VmHWM` in `/proc/self/status`, the
