@@ -104,6 +104,39 @@ struct JPEGEighthScaleTests {
         #expect(ourError <= turboError + 0.05)
     }
 
+    /// Whole bytes of junk between an interval's last block and its restart marker (libjpeg's
+    /// "extraneous bytes before marker", a warning Lumen accepts): the blocks are all there, so
+    /// the 1/8 decoder gives exactly the clean file's pixels or declines, TurboJPEG gives its
+    /// clean pixels too, and the public decode is one of the two clean images.
+    @Test(arguments: [("422", restart422), ("420", restart420), ("grey", greyRestart)])
+    func junkBeforeARestartMarkerChangesNoPixel(name: String, jpeg: Data) throws {
+        let clean = try #require(try Self.eighth(jpeg))
+        let turboClean = try Self.turbo(jpeg)
+        let options = DecodeOptions(size: .maxPixelSize(9), convertsColorProfile: false)
+        #expect(try ImageDecoder.decode(jpeg, options: options).bitmap == clean)
+        let bytes = [UInt8](jpeg)
+        let scan = try #require(bytes.indices.dropLast().last { bytes[$0] == 0xFF && bytes[$0 + 1] == 0xDA })
+        let markers = (scan..<(bytes.count - 1)).filter { bytes[$0] == 0xFF && (0xD0...0xD7).contains(bytes[$0 + 1]) }
+        try #require(!markers.isEmpty, "\(name) should have restart markers")
+        var decodedByOurs = 0
+        for marker in Set([markers[0], markers[markers.count / 2], markers[markers.count - 1]]) {
+            for junk in [[0x5A], [0x13, 0xC4, 0x7E], [UInt8](repeating: 0, count: 9)] as [[UInt8]] {
+                var damaged = bytes
+                damaged.insert(contentsOf: junk, at: marker)
+                let context = "\(name): \(junk.count) junk bytes before the marker at \(marker)"
+                if let ours = try Self.eighth(Data(damaged)) {
+                    #expect(ours == clean, "\(context)")
+                    decodedByOurs += 1
+                }
+                #expect(try Self.turbo(Data(damaged)) == turboClean, "\(context)")
+                let decoded = try ImageDecoder.decode(Data(damaged), options: options).bitmap
+                #expect(decoded == clean || decoded == turboClean, "\(context)")
+            }
+        }
+        // Junk already taken into the bit buffer is dropped at the marker, not declined.
+        #expect(decodedByOurs > 0)
+    }
+
     @Test func declinesWhatItDoesNotHandle() throws {
         let photo = CorpusJPEG.photoLike(width: 200, height: 120)
         let progressive = try photo.encode(as: .jpeg(quality: 85, progressive: true))
