@@ -71,6 +71,10 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
         /// The data closure only hands back bytes already in memory (``FetchImage``'s
         /// re-decodes): the fetch stage calls it without a download slot.
         var isInMemory = false
+        /// A decoded image of this request's source at least as large as its decode size,
+        /// which the decode stage may resample instead of fetching (``FetchImage``'s shown
+        /// image when the display size shrinks).
+        var derivationSource: ImageContainer?
         /// The fetch stage's key, computed once: it depends only on the resource and the
         /// credential headers.
         var fetchKey: FetchKey
@@ -90,6 +94,7 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
             copy.userInfo = userInfo
             copy.explicitImageID = explicitImageID
             copy.isInMemory = isInMemory
+            copy.derivationSource = derivationSource
             copy.fetchKey = fetchKey
             return copy
         }
@@ -109,6 +114,13 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
     var isInMemory: Bool {
         get { storage.isInMemory }
         set { mutate { $0.isInMemory = newValue } }
+    }
+    /// A decoded image of the request's source, at least as large as its decode size, that a
+    /// new decode stage resamples instead of fetching and decoding (see
+    /// ``WorkGraph/derivationSource(for:)``).
+    var derivationSource: ImageContainer? {
+        get { storage.derivationSource }
+        set { mutate { $0.derivationSource = newValue } }
     }
     /// `imageID ?? ""` without building the URL string again: the fetch key's identity is the
     /// URL's absolute string (`""` without a URL) or the closure's id.

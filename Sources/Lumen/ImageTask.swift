@@ -110,7 +110,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     /// ``startLocked(keys:)`` does. Only for requests whose keys
     /// ``WorkGraph/makesKeysUnderLock(for:finalMemoryKey:)``: a joining subscriber then builds
     /// no keys at all. Must hold the graph's lock.
-    func startLocked(decodeKey: DecodeKey, finalMemoryKey: ImageCacheKey?) {
+    func startLocked(decodeKey: DecodeKey, finalMemoryKey: ImageCacheKey?, derivationSource: ImageContainer?) {
         guard outcome == nil, !graph.isInvalidated else {
             startLocked(keys: graph.requestKeys(for: request, finalMemoryKey: finalMemoryKey, decode: decodeKey))
             return
@@ -122,7 +122,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
             for: request, key: decodeKey,
             cacheKeys: graph.caches.hasImageCache
                 ? RequestCacheKeys(request, memory: true, disk: false, finalMemoryKey: finalMemoryKey) : nil,
-            isFinal: true)
+            isFinal: true, source: derivationSource)
         subscribe(to: top, memoryKey: finalMemoryKey, processedDiskKey: nil)
     }
 
@@ -263,14 +263,15 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     private func subscribe(waiting continuation: Waiter) {
         let finalMemoryKey = pendingFinalMemoryKey
         pendingFinalMemoryKey = nil
+        let source = graph.derivationSource(for: request)
         guard graph.makesKeysUnderLock(for: request, finalMemoryKey: finalMemoryKey) else {
-            let keys = graph.requestKeys(for: request, finalMemoryKey: finalMemoryKey)
+            let keys = graph.requestKeys(for: request, finalMemoryKey: finalMemoryKey, derivationSource: source)
             wait(continuation, startingWith: keys)
             return
         }
         let decodeKey = DecodeKey(request)
         let isFinished: Bool = graph.sync {
-            startLocked(decodeKey: decodeKey, finalMemoryKey: finalMemoryKey)
+            startLocked(decodeKey: decodeKey, finalMemoryKey: finalMemoryKey, derivationSource: source)
             return registerLocked(continuation)
         }
         if isFinished { continuation.resume() }

@@ -493,7 +493,7 @@ struct FetchImageTests {
 /// Returns once `condition` holds for `model`, re-checking after each change to its observed
 /// properties (no polling, no sleeping).
 @MainActor
-private func waitUntil(_ model: FetchImage, _ condition: (FetchImage) -> Bool) async {
+func waitUntil(_ model: FetchImage, _ condition: (FetchImage) -> Bool) async {
     while !condition(model) {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             withObservationTracking {

@@ -83,6 +83,13 @@ struct RequestCacheKeys: Sendable {
                   processorCount: request.processors.count)
     }
 
+    /// The memory key of the unprocessed full-size image of `request`'s source (its image ID
+    /// and credentials, no decode size, no processors).
+    static func fullSizeMemoryKey(_ request: ImageRequest) -> ImageCacheKey {
+        ImageCacheKey(imageID: request.cacheImageID, imageIDHash: request.cacheImageIDHash, credentialFingerprint: fingerprint(request),
+                      decodeSize: nil, processors: [])
+    }
+
     /// The disk key of `request`'s original data, alone.
     static func originalDiskKey(_ request: ImageRequest) -> String {
         DataCache.key(imageID: request.cacheImageID, credentialFingerprint: fingerprint(request))
@@ -171,6 +178,12 @@ final class CacheLayers: Sendable {
             if hit { $0.memoryCache.hits += 1 }
         }
         return image
+    }
+
+    /// The image stored for `key`, counting nothing: a lookup on the pipeline's own behalf (a
+    /// larger decode to resample), not a request's.
+    func peekImage(for key: ImageCacheKey) -> ImageContainer? {
+        imageCache?[key]
     }
 
     /// Stores `image` in memory, counting the write or the oversize rejection.

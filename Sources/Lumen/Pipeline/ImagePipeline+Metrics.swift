@@ -75,6 +75,10 @@ extension ImagePipeline {
         /// Calls to the decoder for the final image (or a processed entry read from disk);
         /// previews are counted in ``previewDecodes``.
         public var decodes = 0
+        /// Decode-stage images made by resampling a larger decode of the same image the memory
+        /// cache already held (the full-size image, say, after a prefetch), with no fetch and
+        /// no decoder call. Not counted in ``decodes``.
+        public var resampledFromMemory = 0
         /// Calls to the decoder for progressive previews
         /// (``ImageDecoding/decodePreview(_:context:)``).
         public var previewDecodes = 0

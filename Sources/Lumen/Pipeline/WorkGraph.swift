@@ -180,12 +180,30 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     /// Keys hash processors' identities (user code): call it without the lock.
     /// `finalMemoryKey`: the request's final memory key when the caller has it; `decode`: its
     /// decode key when the caller has it.
-    func requestKeys(for request: ImageRequest, finalMemoryKey: ImageCacheKey?, decode: DecodeKey? = nil) -> RequestKeys {
+    func requestKeys(
+        for request: ImageRequest, finalMemoryKey: ImageCacheKey?, decode: DecodeKey? = nil, derivationSource: ImageContainer? = nil
+    ) -> RequestKeys {
         let caches = self.caches
         let readsPrefix = request.processors.count > 0 && caches.hasImageCache && CacheLayers.readsMemory(request.options)
         return RequestKeys(
             request, memoryCache: caches.hasImageCache, diskCache: caches.hasDataCache, finalMemoryKey: finalMemoryKey,
-            cachedImage: readsPrefix ? { caches.cachedImage(for: $0) } : nil, decode: decode)
+            cachedImage: readsPrefix ? { caches.cachedImage(for: $0) } : nil, decode: decode, derivationSource: derivationSource)
+    }
+
+    /// A decoded image, at least as large as `request`'s decode size, from which a new decode
+    /// stage for `request` makes its image by resampling instead of fetching and decoding:
+    /// the request's own ``ImageRequest/derivationSource``, else the unprocessed full-size
+    /// image of the same source (image ID and credentials) when the memory cache holds it —
+    /// after a prefetch of the URL, or a detail view, say. `nil` for a request without a decode
+    /// size or that may not read the memory cache. Runs user code (the memory cache): call it
+    /// without the lock.
+    func derivationSource(for request: ImageRequest) -> ImageContainer? {
+        guard request.thumbnail != nil else { return nil }
+        if let source = request.derivationSource { return source }
+        guard caches.hasImageCache, CacheLayers.readsMemory(request.options),
+              let container = caches.peekImage(for: RequestCacheKeys.fullSizeMemoryKey(request)), !container.isPreview
+        else { return nil }
+        return container
     }
 
     /// Whether `request`'s keys can be made under the lock, from its decode key and its final
@@ -211,8 +229,12 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
 
     /// A new decode task, put in the pool when coalescing is on (the caller found none there).
     /// Must hold the lock.
-    func newDecodeTask(for request: ImageRequest, key: DecodeKey, cacheKeys: RequestCacheKeys?, isFinal: Bool) -> DecodeTask {
-        let task = DecodeTask(graph: self, request: request, key: key, cacheKeys: cacheKeys, isFinal: isFinal)
+    /// `source`: a larger decode of the same image to resample instead of fetching and decoding
+    /// (``derivationSource(for:)``).
+    func newDecodeTask(
+        for request: ImageRequest, key: DecodeKey, cacheKeys: RequestCacheKeys?, isFinal: Bool, source: ImageContainer? = nil
+    ) -> DecodeTask {
+        let task = DecodeTask(graph: self, request: request, key: key, cacheKeys: cacheKeys, isFinal: isFinal, source: source)
         if configuration.isTaskCoalescingEnabled {
             decodePool[key] = task
             task.isPooled = true
@@ -243,7 +265,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     func imageTask(for request: ImageRequest, keys: RequestKeys, processorCount: Int, isFinal: Bool) -> ImageStageTask {
         guard processorCount > 0 else {
             if configuration.isTaskCoalescingEnabled, let task = decodePool[keys.decode] { return task } // joining: no copy of the key
-            return newDecodeTask(for: request, key: keys.decode, cacheKeys: keys.cache, isFinal: isFinal)
+            return newDecodeTask(for: request, key: keys.decode, cacheKeys: keys.cache, isFinal: isFinal, source: keys.derivationSource)
         }
         let key = keys.process[processorCount - 1]
         guard configuration.isTaskCoalescingEnabled else {

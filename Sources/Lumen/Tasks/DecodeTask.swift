@@ -1,18 +1,32 @@
 import Foundation
 
 /// The decode stage: subscribes to the fetch stage, then decodes the bytes at the request's
-/// decode size on a decoding worker thread.
+/// decode size on a decoding worker thread — or, given a larger decode of the same image
+/// (``WorkGraph/derivationSource(for:)``), resamples that instead: no fetch, no decode.
 final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded by graph.lock
     let key: DecodeKey
+    /// A larger decode of the same image to resample instead of fetching and decoding.
+    private let source: ImageContainer?
 
-    init(graph: WorkGraph, request: ImageRequest, key: DecodeKey, cacheKeys: RequestCacheKeys?, isFinal: Bool) {
+    init(graph: WorkGraph, request: ImageRequest, key: DecodeKey, cacheKeys: RequestCacheKeys?, isFinal: Bool, source: ImageContainer? = nil) {
         self.key = key
+        self.source = source
         super.init(graph: graph, request: request, cacheKeys: cacheKeys, isFinal: isFinal, stage: .decode)
     }
 
     override var keyDescription: String { key.description }
 
     override func startBelow() {
+        if let source {
+            // Kept encoded bytes (an animated image) decode at the size as fetched bytes would;
+            // a still image is resampled.
+            if let data = source.data {
+                decode(FetchedData(data: data, urlResponse: nil, cacheType: .memory))
+            } else {
+                resample(source)
+            }
+            return
+        }
         let fetch = graph.fetchTask(for: request, key: key.fetch, diskKey: cacheKeys?.diskOriginal)
         // Under `.storeEncodedImages`, original bytes are written only for requests that show
         // the original itself (no processors, no decode size): their "processed" image is it.
@@ -42,6 +56,29 @@ final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded b
             do {
                 let container = try decoder.decode(fetched.data, context: context)
                 deliver(ImageResult(container: container, urlResponse: fetched.urlResponse, cacheType: fetched.cacheType))
+            } catch {
+                graph.sync {
+                    operation = nil
+                    fail(.decodingFailed(error))
+                }
+            }
+        }
+        operation = (queue, item)
+    }
+
+    /// Makes the image from `source`, a larger decode of it, on a decoding worker: what a
+    /// decode at the request's size gives (resampled, centre-cropped for an aspect fill, never
+    /// upscaled), without the bytes.
+    private func resample(_ source: ImageContainer) {
+        let options = DecodeOptions(size: request.thumbnail, maximumPixelCount: graph.configuration.maximumDecodedPixelCount)
+        let queue = graph.configuration.decodingQueue
+        let item = queue.enqueue(priority: priority, cancelLater: graph.cancelAfterUnlock) { [self] in
+            graph.metricsStore.withLock { $0.resampledFromMemory += 1 }
+            do {
+                var container = source
+                container.image = try ImageDecoder.resize(source.image, options: options)
+                container.data = nil
+                deliver(ImageResult(container: container, urlResponse: nil, cacheType: .memory))
             } catch {
                 graph.sync {
                     operation = nil

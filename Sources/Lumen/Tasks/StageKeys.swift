@@ -209,15 +209,21 @@ final class RequestKeys: Sendable {
     /// image with the first `count` processors applied (never the final image, which answers
     /// the request at once).
     let cachedPrefix: (count: Int, container: ImageContainer)?
+    /// A larger decode of the same image for a new decode stage to resample (see
+    /// ``WorkGraph/derivationSource(for:)``); looked up before the lock like the prefix.
+    let derivationSource: ImageContainer?
 
     /// - Parameters:
     ///   - finalMemoryKey: the request's final memory key when the caller has it.
     ///   - cachedImage: looks up an intermediate result in the memory cache (`nil`: don't).
     ///   - decode: the request's decode key when the caller has it.
+    ///   - derivationSource: a larger decode of the same image the decode stage may resample.
     init(
         _ request: ImageRequest, memoryCache: Bool = false, diskCache: Bool = false, finalMemoryKey: ImageCacheKey? = nil,
-        cachedImage: ((ImageCacheKey) -> ImageContainer?)? = nil, decode: DecodeKey? = nil
+        cachedImage: ((ImageCacheKey) -> ImageContainer?)? = nil, decode: DecodeKey? = nil,
+        derivationSource: ImageContainer? = nil
     ) {
+        self.derivationSource = derivationSource
         let decode = decode ?? DecodeKey(request)
         self.decode = decode
         let count = request.processors.count

@@ -46,6 +46,15 @@ public enum ImagePhase: Sendable {
 /// without downloading again, and a size change never cancels a download. The old image stays
 /// in ``phase`` until the new one is ready.
 ///
+/// **Without the bytes.** When the memory cache already holds the image, the model shows it
+/// and fetches nothing: an entry at the display size's bucket is shown at once; the full-size
+/// image (a prefetch of the URL leaves it there) is resampled to the bucket by the pipeline
+/// (``ImagePipeline/Metrics/resampledFromMemory``), so a prefetched image is downloaded
+/// once. A later size change that the image shown covers (a smaller bucket, or anything at or
+/// above the image's natural size) is made from it the same way; only a larger size than any
+/// decode in memory needs the bytes again — from the disk cache when the pipeline has one,
+/// else downloaded.
+///
 /// A request with its own ``ImageRequest/thumbnail``, or a model with
 /// ``decodesAtDisplaySize`` off, decodes as soon as the bytes arrive without waiting for a
 /// display size. With processors, the decode size is not capped by the natural size (the
@@ -188,10 +197,33 @@ public final class FetchImage {
                 return // the bytes are fetched later, if a size change needs them
             }
             if shownTarget == nil || shownTarget != currentTarget() {
+                if makeWithoutBytes() { return }
                 startFetch()
             }
         }
         decodeIfNeeded()
+    }
+
+    /// Makes the image for the current target without the original bytes when a larger decode
+    /// of it is at hand — the image shown (the size shrank), or the full-size image in the
+    /// memory cache — by an image task the pipeline answers by resampling it. With the size
+    /// still unknown, waits for it when the full-size image is in memory. Answers whether no
+    /// fetch is needed now.
+    private func makeWithoutBytes() -> Bool {
+        guard let request, fetched == nil else { return false }
+        guard let target = currentTarget() else {
+            return decodesAtDisplaySize && pipeline.holdsFullSizeImage(for: request)
+        }
+        guard let size = target.size, var sized = sizedRequest(target) else { return false }
+        if decoding?.target == target { return true }
+        if request.processors.isEmpty, let shown = phase.image, case .success(let response) = phase,
+           case .maxPixelSize(let asked) = size, max(shown.width, shown.height) >= asked {
+            sized.derivationSource = response.container
+        } else if !pipeline.holdsFullSizeImage(for: request) {
+            return false
+        }
+        startDecoding(sized, target: target)
+        return true
     }
 
     /// The decode size wanted now; `nil` while waiting for a display size.
@@ -215,10 +247,24 @@ public final class FetchImage {
 
     /// Shows the memory cache's image for `target`, if it has one.
     private func showCachedImage(for target: DecodeTarget) -> Bool {
-        guard let sized = sizedRequest(target), let container = pipeline.cache[sized] else { return false }
+        guard var sized = sizedRequest(target), let container = pipeline.cache[sized] else { return false }
+        let target = learnNaturalSize(from: container.image, target: target, request: &sized)
         phase = .success(ImageResponse(container: container, request: sized, cacheType: .memory))
         shownTarget = target
         return true
+    }
+
+    /// Learns the natural size from `image`, made for `target`: an image that came back
+    /// smaller than asked is the whole image (decodes never upscale). Processors change the
+    /// size, so not with them. Returns the target the image really is (and sets it on
+    /// `request`).
+    private func learnNaturalSize(from image: Bitmap, target: DecodeTarget, request: inout ImageRequest) -> DecodeTarget {
+        guard request.processors.isEmpty, case .maxPixelSize(let asked)? = target.size else { return target }
+        let longest = max(image.width, image.height)
+        guard longest < asked else { return target }
+        naturalMaxPixelSize = longest
+        request.thumbnail = .maxPixelSize(longest)
+        return DecodeTarget(size: .maxPixelSize(longest))
     }
 
     private func startFetch() {
@@ -277,6 +323,16 @@ public final class FetchImage {
             return
         }
         guard let decodeRequest = decodeRequest(for: target) else { return }
+        startDecoding(decodeRequest, target: target)
+    }
+
+    /// Starts the image task for `decodeRequest`, which makes the image for `target`,
+    /// replacing any decode running for another target.
+    private func startDecoding(_ decodeRequest: ImageRequest, target: DecodeTarget) {
+        if let previous = decoding {
+            decoding = nil
+            previous.task.cancel()
+        }
         let task = pipeline.imageTask(with: decodeRequest)
         decoding = (target, task)
         Task { [weak self] in
@@ -316,17 +372,7 @@ public final class FetchImage {
         self.decoding = nil
         switch result {
         case .success(let response):
-            var target = decoding.target
-            // Learn the natural size: a decode that came back smaller than asked is the whole
-            // image (decoders never upscale). Processors change the size, so not with them.
-            if sized.processors.isEmpty, case .maxPixelSize(let asked)? = target.size {
-                let longest = max(response.image.width, response.image.height)
-                if longest < asked {
-                    naturalMaxPixelSize = longest
-                    target = DecodeTarget(size: .maxPixelSize(longest))
-                    sized.thumbnail = target.size
-                }
-            }
+            let target = learnNaturalSize(from: response.image, target: decoding.target, request: &sized)
             shownTarget = target
             phase = .success(ImageResponse(container: response.container, request: sized, urlResponse: fetched?.response, cacheType: response.cacheType))
             decodeIfNeeded() // the size may have changed meanwhile

@@ -150,6 +150,20 @@ public enum ImageDecoder {
         return (g.cropWidth, g.cropHeight)
     }
 
+    /// `image` — upright, at the size a full decode gives — brought to the size a decode with
+    /// `options` gives: resampled, centre-cropped for an aspect fill, never upscaled unless
+    /// `options` allows it. What the pipeline uses to make a smaller decode from a larger one
+    /// it already holds instead of decoding the bytes again (`image`'s orientation is already
+    /// applied, so `options.appliesOrientation` plays no part).
+    /// - Throws: ``ImagingError/tooLarge(width:height:)`` when an upscaled output would exceed
+    ///   `options.maximumPixelCount`.
+    public static func resize(_ image: Bitmap, options: DecodeOptions) throws(ImagingError) -> Bitmap {
+        let geometry = Geometry(uprightWidth: image.width, uprightHeight: image.height, swaps: false, options: options)
+        try geometry.checkOutputLimit(options)
+        var resampled = false
+        return geometry.finish(image, orientation: .up, resampled: &resampled)
+    }
+
     // MARK: - Internals
 
     static func withBytes<T>(_ data: Data, _ body: (UnsafeRawBufferPointer) throws(ImagingError) -> T) throws(ImagingError) -> T {
