@@ -37,6 +37,9 @@ extension ImagePipeline {
         await withTaskCancellationHandler {
             guard !Task.isCancelled else { return }
             prefetcher.startPrefetching(with: requests)
+            // A cancellation that landed between the check and the start found nothing to
+            // stop: stop now (stopping twice is harmless).
+            if Task.isCancelled { prefetcher.stopPrefetching() }
             await prefetcher.waitUntilIdle()
         } onCancel: {
             prefetcher.stopPrefetching()
