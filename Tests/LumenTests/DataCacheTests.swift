@@ -339,6 +339,10 @@ struct DataCacheTests {
         #expect(directory([:]) == "/home/someone/.cache/lumen/img")
         #expect(directory(["XDG_CACHE_HOME": "relative/path"]) == "/home/someone/.cache/lumen/img")  // XDG: ignore relative
         #expect(directory(["XDG_CACHE_HOME": ""]) == "/home/someone/.cache/lumen/img")
+        // `HOME` wins over the password database's home (a sandboxed or `sudo -H` process).
+        #expect(directory(["HOME": "/tmp/elsewhere"]) == "/tmp/elsewhere/.cache/lumen/img")
+        #expect(directory(["HOME": "/tmp/elsewhere", "XDG_CACHE_HOME": "/var/cache/me"]) == "/var/cache/me/lumen/img")
+        #expect(directory(["HOME": "relative"]) == "/home/someone/.cache/lumen/img")
         // The public entry point reads this process's environment and home directory.
         let real = DataCache.defaultDirectory(name: "img").path
         #expect(real.hasSuffix("/lumen/img"))

@@ -142,15 +142,20 @@ public final class DataCache: DataCaching {
     }
 
     /// The default directory for a cache named `name`: `$XDG_CACHE_HOME/lumen/<name>` when
-    /// `XDG_CACHE_HOME` is an absolute path, else `~/.cache/lumen/<name>`.
+    /// `XDG_CACHE_HOME` is an absolute path, else `$HOME/.cache/lumen/<name>` (`HOME` when it is
+    /// an absolute path, else the user's home directory from the password database).
     public static func defaultDirectory(name: String) -> URL {
         defaultDirectory(name: name, environment: ProcessInfo.processInfo.environment, home: FileManager.default.homeDirectoryForCurrentUser)
     }
 
+    /// `home`: the user's home directory from the password database, used when `HOME` is not
+    /// an absolute path.
     static func defaultDirectory(name: String, environment: [String: String], home: URL) -> URL {
         let base: URL
         if let xdg = environment["XDG_CACHE_HOME"], xdg.hasPrefix("/") {
             base = URL(fileURLWithPath: xdg, isDirectory: true)
+        } else if let homeVariable = environment["HOME"], homeVariable.hasPrefix("/") {
+            base = URL(fileURLWithPath: homeVariable, isDirectory: true).appendingPathComponent(".cache", isDirectory: true)
         } else {
             base = home.appendingPathComponent(".cache", isDirectory: true)
         }
