@@ -20,14 +20,44 @@ struct FeedReport {
     var commonPaths: Set<String> {
         Set(lumen.requestsByPath.keys).intersection(noCoalescing.requestsByPath.keys)
     }
+    /// The URLs only (b) fetched.
+    var pathsOnlyNoCoalescingFetched: Set<String> {
+        Set(noCoalescing.requestsByPath.keys).subtracting(lumen.requestsByPath.keys)
+    }
+    /// The URLs only (a) fetched.
+    var pathsOnlyLumenFetched: Set<String> {
+        Set(lumen.requestsByPath.keys).subtracting(noCoalescing.requestsByPath.keys)
+    }
     /// (b)'s network requests minus (a)'s, on the URLs both fetched.
     var networkDifferenceOnCommonURLs: Int {
         commonPaths.reduce(0) { $0 + noCoalescing.requestsByPath[$1, default: 0] - lumen.requestsByPath[$1, default: 0] }
     }
     /// The downloads (b) repeated — for a URL it was already downloading or had downloaded —
     /// on the URLs both fetched: what coalescing eliminates.
-    var duplicatesEliminated: Int {
-        commonPaths.reduce(0) { $0 + noCoalescing.requestsByPath[$1, default: 0] - 1 }
+    var duplicatesEliminated: Int { Self.duplicates(in: noCoalescing, on: commonPaths) }
+    /// The downloads (b) repeated on every URL it fetched.
+    var duplicatesEliminatedAllURLs: Int { Self.duplicates(in: noCoalescing, on: Set(noCoalescing.requestsByPath.keys)) }
+    /// The downloads (a) repeated on the URLs both fetched (0 when coalescing works).
+    var lumenDuplicatesOnCommonURLs: Int { Self.duplicates(in: lumen, on: commonPaths) }
+    /// (b)'s network requests for the URLs only it fetched.
+    var requestsOnURLsOnlyNoCoalescingFetched: Int { Self.requests(in: noCoalescing, on: pathsOnlyNoCoalescingFetched) }
+    /// (a)'s network requests for the URLs only it fetched.
+    var requestsOnURLsOnlyLumenFetched: Int { Self.requests(in: lumen, on: pathsOnlyLumenFetched) }
+    /// Whether the raw difference splits exactly into its parts: (b) − (a) = duplicates
+    /// eliminated on the common URLs − (a)'s duplicates there + requests for the URLs only
+    /// (b) fetched − requests for the URLs only (a) fetched. It fails only when a run's
+    /// network requests are not the sum of its per-URL requests.
+    var networkDifferenceDecompositionHolds: Bool {
+        networkDifference == duplicatesEliminated - lumenDuplicatesOnCommonURLs
+            + requestsOnURLsOnlyNoCoalescingFetched - requestsOnURLsOnlyLumenFetched
+    }
+
+    private static func requests(in run: FeedRunStats, on paths: Set<String>) -> Int {
+        paths.reduce(0) { $0 + run.requestsByPath[$1, default: 0] }
+    }
+
+    private static func duplicates(in run: FeedRunStats, on paths: Set<String>) -> Int {
+        paths.reduce(0) { $0 + max(run.requestsByPath[$1, default: 0] - 1, 0) }
     }
 
     /// The table, one row per measurement, columns lumen / noCoalescing / naive.
@@ -71,8 +101,10 @@ struct FeedReport {
             String(format: "naive / lumen peak memory      %6.1f×  goal ≥ 4×: %@ (growth during the replay: %.1f×)",
                    peakMemoryRatio, verdict(peakMemoryRatio >= 4), memoryGrowthRatio),
             "lumen network requests         \(lumen.networkRequests) for \(lumen.distinctURLs) distinct URLs  goal equal: \(verdict(lumen.networkRequests == lumen.distinctURLs))",
-            "noCoalescing − lumen requests  \(networkDifferenceOnCommonURLs) on the \(commonPaths.count) URLs both fetched; duplicates eliminated \(duplicatesEliminated)  goal equal: \(verdict(networkDifferenceOnCommonURLs == duplicatesEliminated))",
-            "                               (all URLs: \(networkDifference) = \(noCoalescing.networkRequests) − \(lumen.networkRequests); the runs fetched \(noCoalescing.distinctURLs) and \(lumen.distinctURLs) distinct URLs: prefetches and flung cells cancelled before their request left differ)",
+            "noCoalescing − lumen requests  on the \(commonPaths.count) URLs both fetched: \(networkDifferenceOnCommonURLs); noCoalescing's duplicates there (its requests − 1 per URL): \(duplicatesEliminated)  goal equal: \(verdict(networkDifferenceOnCommonURLs == duplicatesEliminated)) (equal exactly when lumen fetched each of them once)",
+            "                               on all URLs: \(networkDifference) = \(noCoalescing.networkRequests) − \(lumen.networkRequests) = \(duplicatesEliminated) duplicates eliminated on the common URLs − \(lumenDuplicatesOnCommonURLs) lumen duplicates there",
+            "                                 + \(requestsOnURLsOnlyNoCoalescingFetched) requests for the \(pathsOnlyNoCoalescingFetched.count) URLs only noCoalescing fetched − \(requestsOnURLsOnlyLumenFetched) for the \(pathsOnlyLumenFetched.count) only lumen fetched: \(networkDifferenceDecompositionHolds ? "holds" : "DOES NOT HOLD")",
+            "                               noCoalescing's duplicates over every URL it fetched: \(duplicatesEliminatedAllURLs) (the runs' URL sets differ: prefetches and flung cells cancelled before their request left differ with timing)",
             String(format: "noCoalescing / lumen wall time %6.2f×  goal > 1×: %@", noCoalescingWallRatio, verdict(noCoalescingWallRatio > 1)),
         ].compactMap { $0 }.joined(separator: "\n")
     }
@@ -101,6 +133,15 @@ struct FeedReport {
             "noCoalescingMinusLumenNetworkRequests": networkDifference,
             "noCoalescingMinusLumenNetworkRequestsOnCommonURLs": networkDifferenceOnCommonURLs,
             "duplicatesEliminated": duplicatesEliminated,
+            "duplicatesEliminatedAllURLs": duplicatesEliminatedAllURLs,
+            "commonURLs": commonPaths.count,
+            "lumenDuplicatesOnCommonURLs": lumenDuplicatesOnCommonURLs,
+            "urlsFetchedOnlyByNoCoalescing": pathsOnlyNoCoalescingFetched.count,
+            "urlsFetchedOnlyByLumen": pathsOnlyLumenFetched.count,
+            "networkRequestsOnURLsOnlyNoCoalescingFetched": requestsOnURLsOnlyNoCoalescingFetched,
+            "networkRequestsOnURLsOnlyLumenFetched": requestsOnURLsOnlyLumenFetched,
+            "networkDifferenceDecompositionHolds": networkDifferenceDecompositionHolds,
+            "noCoalescingMinusLumenOnCommonURLsEqualsDuplicatesEliminated": networkDifferenceOnCommonURLs == duplicatesEliminated,
             "lumenJoins": lumen.joins,
             "noCoalescingOverLumenWallTime": round3(noCoalescingWallRatio),
             "lumenNetworkRequestsEqualDistinctURLs": lumen.networkRequests == lumen.distinctURLs,

@@ -217,8 +217,9 @@ struct FeedRunner {
         case .noCoalescing: LumenFeedLoader(coalescing: false, cacheDirectory: cacheDirectory)
         case .naive: NaiveFeedLoader()
         }
+        // The contact sheet shows every shown cell (56 in the full trace: 8 × 7 cells of 256 px).
         var replayer = FeedReplayer(trace: trace, photos: photoURLs, avatars: avatarURLs, loader: loader,
-                                    sheetLimit: sheet == nil ? 0 : 40)
+                                    sheetLimit: sheet == nil ? 0 : trace.shownCells.count)
         if ProcessInfo.processInfo.environment[progressVariable] == "1" {
             replayer.onStep = { done, total in
                 // Every few steps: enough for a bar, too few writes to matter to the timing.

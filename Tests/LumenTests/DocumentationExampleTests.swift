@@ -724,13 +724,23 @@ extension DocumentationExampleTests {
                 try #require(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
             }
             try #require(objects.count == 3)
-            let common: Set = ["scenario", "requests", "networkRequests", "decodes", "microsPerRequest"]
-            #expect(Set(objects[0].keys) == common.union(["bytesPerInFlightRequest", "baselineMicrosPerRequest", "pipelineMicrosPerSubscriber"]))
-            let total = try #require(objects[0]["microsPerRequest"] as? Double)
-            let byHand = try #require(objects[0]["baselineMicrosPerRequest"] as? Double)
-            let share = try #require(objects[0]["pipelineMicrosPerSubscriber"] as? Double)
-            #expect(abs(total - byHand - share) < 1e-6)
-            #expect(Set(objects[1].keys) == common.union(["baselineMicrosPerRequest"]))
+            let common: Set = [
+                "scenario", "requests", "networkRequests", "decodes", "microsPerRequest",
+                "baselineMicrosPerRequest", "overheadMicrosPerRequest", "pipelineOverBaseline",
+            ]
+            #expect(Set(objects[0].keys) == common.union(["bytesPerInFlightRequest", "pipelineMicrosPerSubscriber"]))
+            #expect(Set(objects[1].keys) == common)
+            // In both scenarios microsPerRequest is the pipeline's whole cost: the baseline
+            // plus the overhead, and the ratio is the whole cost over the baseline.
+            for object in objects[0...1] {
+                let total = try #require(object["microsPerRequest"] as? Double)
+                let baseline = try #require(object["baselineMicrosPerRequest"] as? Double)
+                let overhead = try #require(object["overheadMicrosPerRequest"] as? Double)
+                let ratio = try #require(object["pipelineOverBaseline"] as? Double)
+                #expect(abs(total - baseline - overhead) < 1e-6)
+                #expect(abs(ratio - total / baseline) < 1e-9)
+            }
+            #expect(objects[0]["pipelineMicrosPerSubscriber"] as? Double == objects[0]["overheadMicrosPerRequest"] as? Double)
             #expect(objects[0]["scenario"] as? String == "coalesce" && objects[0]["networkRequests"] as? Int == 1)
             #expect(objects[1]["scenario"] as? String == "overhead")
             #expect(objects[0]["requests"] as? Int == 200 && objects[1]["requests"] as? Int == 200) // --count
@@ -741,6 +751,20 @@ extension DocumentationExampleTests {
             // Half the directory's size as the limit, swept down to 80% of it: about 60% go.
             let evicted = try #require(objects[2]["sweepEvicted"] as? Int)
             #expect(evicted > 5_000 && evicted < 7_000)
+        }
+
+        /// The text output of `coalesce` and `overhead`: the pipeline's line, the baseline's,
+        /// then the ratio of the two (`cache`, slower, is left to the JSON test above).
+        @Test func benchTextPrintsRatios() async throws {
+            let outcome = try await Executables.run(
+                "lumen", ["bench", "coalesce", "overhead", "--iterations", "1", "--count", "200"])
+            #expect(outcome.status == 0)
+            let lines = outcome.standardOutput.split(separator: "\n").map(String.init)
+            let ratios = lines.indices.filter { lines[$0].hasPrefix("  ratio pipeline ÷ baseline:") }
+            #expect(ratios.count == 2)
+            for index in ratios where index >= 2 {
+                #expect(lines[index - 2].hasPrefix("  pipeline:") && lines[index - 1].hasPrefix("  baseline:"))
+            }
         }
 
         @Test func anUnknownScenarioIsAUsageError() async throws {

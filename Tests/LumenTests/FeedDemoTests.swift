@@ -38,7 +38,15 @@ struct FeedDemoTests {
             #expect(peak >= start && start > 0)
             #expect((run["peakClientDownloads"] as? Int ?? 0) >= 1)
         }
+        // The contact sheet holds every shown cell: 8 columns of 256 px cells, 8 px apart,
+        // as many rows as the shown cells fill (its size read from the PNG's IHDR chunk).
         let sheet = try #require(object["contactSheet"] as? String)
-        #expect(FileManager.default.fileExists(atPath: sheet))
+        let png = try Data(contentsOf: URL(fileURLWithPath: sheet))
+        try #require(png.count > 24)
+        func bigEndian(_ offset: Int) -> Int { png[offset..<offset + 4].reduce(0) { $0 << 8 | Int($1) } }
+        let shown = try #require(object["traceShownCells"] as? Int)
+        let columns = min(8, shown), rows = (shown + columns - 1) / columns, pitch = 256 + 8
+        #expect(bigEndian(16) == columns * pitch + 8)
+        #expect(bigEndian(20) == rows * pitch + 8)
     }
 }

@@ -1,0 +1,96 @@
+import Foundation
+import Testing
+@testable import lumen
+
+/// The feed report's check of (b) − (a) network requests against the duplicates eliminated,
+/// on hand-made runs whose per-URL requests are known.
+@Suite(.timeLimit(.minutes(1)))
+struct FeedReportTests {
+    /// A run that made `requests` network requests per path, its totals as the server counts them.
+    private func run(_ requests: [String: Int]) -> FeedRunStats {
+        var stats = FeedRunStats()
+        stats.requestsByPath = requests
+        stats.networkRequests = requests.values.reduce(0, +)
+        stats.distinctURLs = requests.count
+        stats.maxRequestsPerURL = requests.values.max() ?? 0
+        return stats
+    }
+
+    private func report(lumen: [String: Int], noCoalescing: [String: Int]) -> FeedReport {
+        FeedReport(lumen: run(lumen), noCoalescing: run(noCoalescing), naive: run([:]))
+    }
+
+    /// The runs fetched different URL sets: the raw difference (4) is not the duplicates on
+    /// the common URLs (3), and the decomposition accounts for the rest.
+    @Test func differentURLSetsAreAccountedFor() {
+        let report = report(lumen: ["/p1": 1, "/p2": 1, "/p3": 1, "/a1": 1],
+                            noCoalescing: ["/p1": 1, "/p2": 2, "/a1": 3, "/p4": 2])
+        #expect(report.commonPaths == ["/p1", "/p2", "/a1"])
+        #expect(report.networkDifference == 4)
+        #expect(report.networkDifferenceOnCommonURLs == 3)
+        #expect(report.duplicatesEliminated == 3)
+        #expect(report.duplicatesEliminatedAllURLs == 4)
+        #expect(report.lumenDuplicatesOnCommonURLs == 0)
+        #expect(report.pathsOnlyNoCoalescingFetched == ["/p4"] && report.requestsOnURLsOnlyNoCoalescingFetched == 2)
+        #expect(report.pathsOnlyLumenFetched == ["/p3"] && report.requestsOnURLsOnlyLumenFetched == 1)
+        #expect(report.networkDifferenceDecompositionHolds)
+
+        let json = report.json
+        #expect(json["noCoalescingMinusLumenNetworkRequests"] as? Int == 4)
+        #expect(json["duplicatesEliminated"] as? Int == 3)
+        #expect(json["duplicatesEliminatedAllURLs"] as? Int == 4)
+        #expect(json["urlsFetchedOnlyByNoCoalescing"] as? Int == 1)
+        #expect(json["urlsFetchedOnlyByLumen"] as? Int == 1)
+        #expect(json["networkDifferenceDecompositionHolds"] as? Bool == true)
+        #expect(json["noCoalescingMinusLumenOnCommonURLsEqualsDuplicatesEliminated"] as? Bool == true)
+        #expect(report.ratios.contains("on the 3 URLs both fetched: 3; noCoalescing's duplicates there (its requests − 1 per URL): 3  goal equal: met"))
+        #expect(report.ratios.contains("on all URLs: 4 = 8 − 4 = 3 duplicates eliminated on the common URLs − 0 lumen duplicates there"))
+        #expect(report.ratios.contains("+ 2 requests for the 1 URLs only noCoalescing fetched − 1 for the 1 only lumen fetched: holds"))
+        #expect(report.ratios.contains("noCoalescing's duplicates over every URL it fetched: 4"))
+    }
+
+    /// (a) fetching a URL twice breaks the common-URL check; the decomposition still holds,
+    /// with (a)'s duplicate as its own term.
+    @Test func lumenFetchingAURLTwiceFailsTheCommonURLCheck() {
+        let report = report(lumen: ["/p1": 2, "/p2": 1], noCoalescing: ["/p1": 2, "/p2": 2])
+        #expect(report.networkDifferenceOnCommonURLs == 1)
+        #expect(report.duplicatesEliminated == 2)
+        #expect(report.lumenDuplicatesOnCommonURLs == 1)
+        #expect(report.networkDifferenceDecompositionHolds)
+        #expect(report.json["noCoalescingMinusLumenOnCommonURLsEqualsDuplicatesEliminated"] as? Bool == false)
+        #expect(report.ratios.contains("goal equal: MISSED"))
+        #expect(report.ratios.contains("− 1 lumen duplicates there"))
+        #expect(report.violations.count == 1) // (a)'s requests are not its distinct URLs
+    }
+
+    /// Whatever the two runs fetched, the decomposition holds as long as each run's total is
+    /// the sum of its per-URL requests.
+    @Test func theDecompositionHoldsForAnyRequestCounts() {
+        var seed: UInt64 = 0x5EED
+        func next(_ bound: Int) -> Int {
+            seed = seed &* 6364136223846793005 &+ 1442695040888963407
+            return Int((seed >> 33) % UInt64(bound))
+        }
+        for _ in 0..<200 {
+            var a: [String: Int] = [:], b: [String: Int] = [:]
+            for path in (0..<12).map({ "/\($0)" }) {
+                if next(3) > 0 { a[path] = 1 + next(3) }
+                if next(3) > 0 { b[path] = 1 + next(4) }
+            }
+            let report = report(lumen: a, noCoalescing: b)
+            #expect(report.networkDifferenceDecompositionHolds)
+            #expect(report.duplicatesEliminatedAllURLs >= report.duplicatesEliminated)
+        }
+    }
+
+    /// A total the server counted apart from its per-URL counts that disagrees with them
+    /// breaks the decomposition, and the report says so.
+    @Test func aTotalThatIsNotThePerURLSumBreaksTheDecomposition() {
+        var lumen = run(["/p1": 1])
+        lumen.networkRequests += 1
+        let report = FeedReport(lumen: lumen, noCoalescing: run(["/p1": 2]), naive: run([:]))
+        #expect(!report.networkDifferenceDecompositionHolds)
+        #expect(report.ratios.contains("DOES NOT HOLD"))
+        #expect(report.json["networkDifferenceDecompositionHolds"] as? Bool == false)
+    }
+}
