@@ -6,15 +6,32 @@ import Synchronization
 /// [--quality Q] [--concurrency N] [--cache DIR | --no-cache]`
 ///
 /// Loads every input through an ``ImagePipeline`` (files and `file:`/`data:` URLs without the
-/// network, `http(s):` through its loader, duplicates fetched once, downloaded bytes kept in
-/// a disk cache), decodes it at the thumbnail size and writes
-/// `DIR/<name without extension>.<format>`: longest side at most N (fit) or exactly N×N
+/// network, `http(s):` through its loader, downloaded bytes kept in a disk cache), decodes it
+/// at the thumbnail size and writes it to `DIR`: longest side at most N (fit) or exactly N×N
 /// (fill), upright. Exit 0 when all succeeded, 1 when any failed, 2 for a usage error.
+///
+/// Inputs: `http:`, `https:`, `file:` and `data:` URLs (the scheme in any case; the `#fragment`
+/// is ignored, as a server never sees it); another `scheme://…` is an unsupported scheme;
+/// anything else is a file path. Inputs naming the same URL (or the same file) are loaded
+/// once and share one outcome and one output; the summary counts every input given, so
+/// done + failed is the number of inputs.
+///
+/// Output names: `DIR/<name>.<format>`, `<name>` being the input's last path component
+/// without its extension and query (`image` for `data:` URLs). Names are given in input order
+/// before anything loads: when distinct inputs would share a name, the first keeps it and the
+/// next ones get `<name>-2`, `<name>-3`, … Each plain progress line names the file written
+/// (`done 3/5: <input> -> <file>`); on a terminal, renamed outputs are listed above the bar.
 enum ThumbnailCommand {
     static let usage = """
         usage: lumen thumbnail <file or URL>... --size N [--fill] --output DIR
                                [--format png|jpeg|webp] [--quality Q] [--concurrency N]
                                [--cache DIR | --no-cache]
+
+        Inputs are files or http(s):, file: or data: URLs (scheme in any case, #fragment
+        ignored); repeated inputs are loaded once. Each thumbnail goes to DIR/<name>.<format>,
+        <name> being the input's file name without extension and query ("image" for data:
+        URLs); when distinct inputs share a name, the later ones in input order get <name>-2,
+        <name>-3, ...
         """
 
     struct Options: Sendable {
@@ -27,6 +44,29 @@ enum ThumbnailCommand {
         var concurrency: Int
         var cacheDirectory: String?
         var usesCache: Bool
+    }
+
+    /// Why an input cannot be loaded, found before it reaches the pipeline.
+    struct InputError: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// One distinct input: what to load and where its thumbnail goes.
+    struct Job: Sendable {
+        /// The input as first given; progress and failure lines name it.
+        var input: String
+        /// How many inputs name it: its outcome counts once for each.
+        var count = 1
+        /// The URL to load and the file to write, or why the input cannot be loaded.
+        var plan: Result<Plan, InputError>
+    }
+
+    /// Where a loadable input comes from and where its thumbnail goes.
+    struct Plan: Sendable {
+        var url: URL
+        var destination: String
+        /// Whether the name got a `-2`, `-3`, … suffix because an earlier input took it.
+        var renamed: Bool
     }
 
     static func parse(_ argv: [String]) throws -> Options? {
@@ -75,39 +115,38 @@ enum ThumbnailCommand {
         let decodeSize: DecodeSize = options.fill
             ? .size(width: options.size, height: options.size, contentMode: .aspectFill)
             : .maxPixelSize(options.size)
-        // Each distinct input is loaded once; a repeated input counts as done with it.
-        var seen = Set<String>()
-        let inputs = options.inputs.filter { seen.insert($0).inserted }
-        let progress = ProgressReporter(total: inputs.count, isTerminal: isStandardOutputTerminal)
+        let jobs = jobs(for: options.inputs, output: options.output, format: options.format)
+        let progress = ProgressReporter(total: options.inputs.count, isTerminal: isStandardOutputTerminal)
         let start = monotonicSeconds()
+        progress.start()
         await withTaskGroup(of: Void.self) { group in
             var next = 0
             func startNext() {
-                guard next < inputs.count else { return }
-                let input = inputs[next]
+                guard next < jobs.count else { return }
+                let job = jobs[next]
                 next += 1
                 group.addTask {
                     let outcome: String?
                     do {
-                        try await thumbnail(input, pipeline: pipeline, size: decodeSize, encoding: encoding, options: options)
+                        try await thumbnail(job.plan.get(), pipeline: pipeline, size: decodeSize, encoding: encoding)
                         outcome = nil
                     } catch {
                         outcome = "\(error)"
                     }
-                    progress.finished(input, error: outcome)
+                    progress.finished(job, error: outcome)
                 }
             }
             for _ in 0..<options.concurrency { startNext() }
             while await group.next() != nil { startNext() }
         }
         progress.close()
-        let failures = progress.failures
+        let counts = progress.counts
         let metrics = pipeline.metrics
         print(String(
             format: "thumbnail: %d done, %d failed, %d network requests, %d cache hits, %.2f s",
-            options.inputs.count - failures, failures, metrics.networkRequestsStarted,
+            counts.done, counts.failed, metrics.networkRequestsStarted,
             cacheHits(metrics), monotonicSeconds() - start))
-        return failures == 0 ? 0 : 1
+        return counts.failed == 0 ? 0 : 1
     }
 
     static func configuration(for options: Options) -> ImagePipeline.Configuration {
@@ -128,14 +167,68 @@ enum ThumbnailCommand {
         metrics.memoryCache.hits + metrics.diskCache.hits
     }
 
-    /// The URL an input names: `http(s):`, `file:` and `data:` URLs as given, anything else a
-    /// file path.
-    static func url(for input: String) -> URL {
-        if let url = URL(string: input), let scheme = url.scheme?.lowercased(),
-           ["http", "https", "file", "data"].contains(scheme) {
-            return url
+    /// The distinct inputs in input order, each with its output file (see the naming rule
+    /// above); an input naming the same URL as an earlier one adds to that one's count.
+    static func jobs(for inputs: [String], output: String, format: String) -> [Job] {
+        enum Key: Hashable {
+            case url(URL)
+            case invalid(String)
         }
-        return URL(fileURLWithPath: input)
+        var jobs: [Job] = []
+        var indices: [Key: Int] = [:]
+        var taken = Set<String>()
+        for input in inputs {
+            let resolved = Result { () throws(InputError) in try url(for: input) }
+            let key: Key = switch resolved {
+            case .success(let url): .url(url)
+            case .failure: .invalid(input)
+            }
+            if let index = indices[key] {
+                jobs[index].count += 1
+                continue
+            }
+            indices[key] = jobs.count
+            let plan = resolved.map { url in
+                let base = outputName(for: url)
+                var name = base
+                var suffix = 1
+                while !taken.insert(name).inserted {
+                    suffix += 1
+                    name = "\(base)-\(suffix)"
+                }
+                let destination = (output as NSString).appendingPathComponent("\(name).\(format)")
+                return Plan(url: url, destination: destination, renamed: suffix > 1)
+            }
+            jobs.append(Job(input: input, plan: plan))
+        }
+        return jobs
+    }
+
+    /// The URL an input names: `http(s):`, `file:` and `data:` URLs (scheme in any case) with
+    /// the scheme lowercased and without their fragment; another `scheme://…` is an error;
+    /// anything else a file path. File URLs are standardized, so `a.jpg`, `./a.jpg` and
+    /// `file:///…/a.jpg` are one input.
+    static func url(for input: String) throws(InputError) -> URL {
+        guard let colon = input.firstIndex(of: ":"), let scheme = scheme(input[..<colon]) else {
+            return URL(fileURLWithPath: input).standardizedFileURL
+        }
+        let rest = input[input.index(after: colon)...]
+        guard ["http", "https", "file", "data"].contains(scheme) else {
+            guard rest.hasPrefix("//") else { return URL(fileURLWithPath: input).standardizedFileURL }
+            throw InputError(description: "unsupported URL scheme '\(scheme)' (http, https, file or data)")
+        }
+        guard let url = URL(string: scheme + ":" + rest.prefix { $0 != "#" }) else {
+            throw InputError(description: "invalid URL")
+        }
+        return url.isFileURL ? url.standardizedFileURL : url
+    }
+
+    /// `text` lowercased when it is a URL scheme (a letter, then letters, digits, `+`, `-`, `.`).
+    private static func scheme(_ text: Substring) -> String? {
+        guard let first = text.first, first.isASCII, first.isLetter,
+              text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "+-.".contains($0)) })
+        else { return nil }
+        return text.lowercased()
     }
 
     /// `photo` for `…/photo.jpg?x=1`, `image` when the URL has no usable name.
@@ -145,49 +238,68 @@ enum ThumbnailCommand {
         return name.isEmpty || name == "/" ? "image" : name
     }
 
-    static func thumbnail(_ input: String, pipeline: ImagePipeline, size: DecodeSize, encoding: EncodingFormat, options: Options) async throws {
-        let url = url(for: input)
-        let response = try await pipeline.image(for: ImageRequest(url: url, thumbnail: size))
+    static func thumbnail(_ plan: Plan, pipeline: ImagePipeline, size: DecodeSize, encoding: EncodingFormat) async throws {
+        let response = try await pipeline.image(for: ImageRequest(url: plan.url, thumbnail: size))
         let encoded = try response.image.encode(as: encoding)
-        let destination = (options.output as NSString).appendingPathComponent("\(outputName(for: url)).\(options.format)")
-        try encoded.write(to: URL(fileURLWithPath: destination), options: .atomic)
+        try encoded.write(to: URL(fileURLWithPath: plan.destination), options: .atomic)
     }
 }
 
-/// A progress bar on a terminal, plain lines otherwise; failures always go to stderr.
+/// A progress bar on a terminal, plain lines otherwise; failures always go to stderr. Counts
+/// are per input given: a job stands for every input that names it.
 final class ProgressReporter: Sendable {
     private let total: Int
     private let isTerminal: Bool
-    private let counts = Mutex<(done: Int, failed: Int)>((0, 0))
+    private let state = Mutex<(done: Int, failed: Int)>((0, 0))
 
     init(total: Int, isTerminal: Bool) {
         self.total = total
         self.isTerminal = isTerminal
     }
 
-    func finished(_ input: String, error: String?) {
-        counts.withLock { counts in
-            counts.done += 1
-            let count = counts.done
-            if let error {
-                counts.failed += 1
-                printError("\(input): \(error)")
-            }
+    /// Shows the empty bar on a terminal.
+    func start() {
+        if isTerminal { drawBar(0) }
+    }
+
+    func finished(_ job: ThumbnailCommand.Job, error: String?) {
+        state.withLock { state in
+            if error == nil { state.done += job.count } else { state.failed += job.count }
+            let count = state.done + state.failed
+            let plan = try? job.plan.get()
             if isTerminal {
-                let width = 30
-                let filled = total == 0 ? width : count * width / total
-                let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
-                FileHandle.standardOutput.write(Data("\r[\(bar)] \(count)/\(total)".utf8))
+                // Lines go above the bar: clear its line, print, draw it again.
+                if let error {
+                    write("\r\u{1B}[K")
+                    printError("\(job.input): \(error)")
+                } else if let plan, plan.renamed {
+                    write("\r\u{1B}[K\(job.input) -> \(plan.destination)\n")
+                }
+                drawBar(count)
+            } else if let error {
+                printError("\(job.input): \(error)")
+                print("failed \(count)/\(total): \(job.input)")
             } else {
-                print("\(error == nil ? "done" : "failed") \(count)/\(total): \(input)")
+                print("done \(count)/\(total): \(job.input) -> \(plan?.destination ?? "")")
             }
         }
     }
 
-    /// Inputs that failed so far.
-    var failures: Int { counts.withLock { $0.failed } }
+    /// Inputs done and failed so far.
+    var counts: (done: Int, failed: Int) { state.withLock { $0 } }
 
     func close() {
-        if isTerminal { FileHandle.standardOutput.write(Data("\n".utf8)) }
+        if isTerminal { write("\n") }
+    }
+
+    private func drawBar(_ count: Int) {
+        let width = 30
+        let filled = count * width / total
+        let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
+        write("\r[\(bar)] \(count)/\(total)")
+    }
+
+    private func write(_ text: String) {
+        FileHandle.standardOutput.write(Data(text.utf8))
     }
 }

@@ -8,7 +8,7 @@ let usage = """
 
     commands:
       demo        replay a scrolling feed through Lumen and a naive loader, side by side (--quick, --json)
-      thumbnail   make thumbnails of image files (lumen thumbnail --help)
+      thumbnail   make thumbnails of image files or URLs (lumen thumbnail --help)
       bench       side-by-side benchmarks: lumen bench [decode|coalesce|overhead|cache|feed]... [--json] [--iterations N] [--count N]
     """
 

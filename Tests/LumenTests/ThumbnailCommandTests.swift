@@ -11,7 +11,7 @@ struct ThumbnailCommandTests {
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("shared/corpus")
 
-    func temporaryDirectory() throws -> URL {
+    static func temporaryDirectory() throws -> URL {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("lumen-thumb-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         return dir
@@ -37,7 +37,7 @@ struct ThumbnailCommandTests {
     }
 
     @Test func allInputsSucceedingExitsZeroWithUprightFitThumbnails() async throws {
-        let output = try temporaryDirectory()
+        let output = try Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: output) }
         let inputs = (0...8).map { Self.corpus.appendingPathComponent("exif-orientation/Landscape_\($0).jpg").path }
         let outcome = try await Executables.run("lumen", ["thumbnail"] + inputs + ["--size", "100", "--output", output.path, "--format", "png"])
@@ -54,7 +54,7 @@ struct ThumbnailCommandTests {
     }
 
     @Test func fillMakesExactSquaresAndFailuresExitOneWithOneLineEach() async throws {
-        let output = try temporaryDirectory()
+        let output = try Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: output) }
         let good = ["hopper.jpg", "flower.webp", "transparent.png", "hopper.gif"].map { Self.corpus.appendingPathComponent("real-world/\($0)").path }
         let bad = ["broken.png", "truncated_image.png", "decompression_bomb.gif"].map { Self.corpus.appendingPathComponent("real-world/\($0)").path }
@@ -82,7 +82,7 @@ struct ThumbnailCommandTests {
         let jpeg = try Data(contentsOf: Self.corpus.appendingPathComponent("real-world/hopper.jpg"))
         server.serve(path: "/a.jpg", data: jpeg, contentType: "image/jpeg")
         server.serve(path: "/b.jpg", data: jpeg, contentType: "image/jpeg")
-        let output = try temporaryDirectory()
+        let output = try Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: output) }
         let a = server.url(for: "/a.jpg").absoluteString, b = server.url(for: "/b.jpg").absoluteString
         let outcome = try await Executables.run("lumen", ["thumbnail", a, b, a, a, "--size", "32", "--output", output.path, "--no-cache"])
@@ -98,7 +98,7 @@ struct ThumbnailCommandTests {
         defer { server.stop() }
         let jpeg = try Data(contentsOf: Self.corpus.appendingPathComponent("real-world/flower.jpg"))
         server.serve(path: "/flower.jpg", data: jpeg, contentType: "image/jpeg", cacheControl: "max-age=3600")
-        let output = try temporaryDirectory(), cache = try temporaryDirectory()
+        let output = try Self.temporaryDirectory(), cache = try Self.temporaryDirectory()
         defer {
             try? FileManager.default.removeItem(at: output)
             try? FileManager.default.removeItem(at: cache)
@@ -114,7 +114,7 @@ struct ThumbnailCommandTests {
     }
 
     @Test func localFilesAreNotNetworkRequests() async throws {
-        let output = try temporaryDirectory()
+        let output = try Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: output) }
         let input = Self.corpus.appendingPathComponent("real-world/hopper.jpg").path
         let outcome = try await Executables.run("lumen", ["thumbnail", input, "--size", "64", "--output", output.path, "--no-cache"])
