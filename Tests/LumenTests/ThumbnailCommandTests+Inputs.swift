@@ -157,17 +157,9 @@ extension ThumbnailCommandTests {
             try #require(unsafeBitCast(address, to: OpenPTY.self)(&master, &slave, nil, &attributes, nil) == 0)
             defer { close(master) }
             let terminal = FileHandle(fileDescriptor: slave, closeOnDealloc: false)
-            let process = Process()
-            process.executableURL = try Executables.url("lumen")
-            process.arguments = arguments
-            process.standardOutput = terminal
-            process.standardError = terminal
-            process.standardInput = FileHandle.nullDevice
             // The output is a few hundred bytes, far below what the terminal buffers, so the child
             // never blocks on it; the terminal keeps it for reading after the child exits.
-            let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-                process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
-                do { try process.run() } catch { continuation.resume(throwing: error) }
+            let status = try await Executables.exitStatus(of: "lumen", arguments, output: terminal, error: terminal) {
                 close(slave)
             }
             var output = Data()

@@ -29,11 +29,27 @@ enum Executables {
         var standardError: String
     }
 
-    /// Runs `name` with `arguments` and waits for it without blocking a thread.
-    static func run(_ name: String, _ arguments: [String]) async throws -> Outcome {
+    /// Runs `name` with `arguments`, standard output and error going to `output` and `error`
+    /// (standard input empty), and waits for its exit status without blocking a thread.
+    /// `didStart` runs once the process has started (or failed to).
+    static func exitStatus(
+        of name: String, _ arguments: [String], output: FileHandle, error: FileHandle, didStart: () -> Void = {}
+    ) async throws -> Int32 {
         let process = Process()
         process.executableURL = try url(name)
         process.arguments = arguments
+        process.standardOutput = output
+        process.standardError = error
+        process.standardInput = FileHandle.nullDevice
+        return try await withCheckedThrowingContinuation { continuation in
+            process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
+            do { try process.run() } catch { continuation.resume(throwing: error) }
+            didStart()
+        }
+    }
+
+    /// Runs `name` with `arguments` and waits for it without blocking a thread.
+    static func run(_ name: String, _ arguments: [String]) async throws -> Outcome {
         // Output goes to files, not pipes: a child that fills a pipe nobody reads would block.
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("lumen-exec-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
@@ -42,13 +58,7 @@ enum Executables {
         _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
         _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
         let out = try FileHandle(forWritingTo: outURL), err = try FileHandle(forWritingTo: errURL)
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = FileHandle.nullDevice
-        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-            process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
-            do { try process.run() } catch { continuation.resume(throwing: error) }
-        }
+        let status = try await exitStatus(of: name, arguments, output: out, error: err)
         try out.close()
         try err.close()
         let stdout = try Data(contentsOf: outURL)
