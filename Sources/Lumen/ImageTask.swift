@@ -118,7 +118,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         // What `startLocked(keys:)` would use: without processors the top stage is the decode;
         // the cache keys are the memory keys alone (there is no disk cache), whose final key
         // is `finalMemoryKey` (nil without a memory cache); no processed disk key.
-        let top = graph.runningDecodeTask(for: decodeKey) ?? graph.newDecodeTask(
+        let top = graph.runningDecodeTask(for: decodeKey, joinedBy: request) ?? graph.newDecodeTask(
             for: request, key: decodeKey,
             cacheKeys: graph.caches.hasImageCache
                 ? RequestCacheKeys(request, memory: true, disk: false, finalMemoryKey: finalMemoryKey) : nil,

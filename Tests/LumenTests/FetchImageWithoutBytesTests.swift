@@ -86,4 +86,33 @@ struct FetchImageWithoutBytesTests {
         await waitUntil(second) { $0.phase.image?.width == 256 }
         #expect(loader.loadCount == (withDiskCache ? 1 : 2))
     }
+
+    /// A decode made from memory for one size must not replace the image once the size has
+    /// moved on: `backToShown`, back to the size shown; else to a bucket the memory cache
+    /// holds. Either way the 64-px decode is stale when it ends.
+    @Test(arguments: [true, false])
+    func aStaleDerivedDecodeDoesNotReplaceTheImage(backToShown: Bool) async throws {
+        let decoding = WorkQueue(name: "test.decode", maxConcurrentCount: 1, execution: .threads)
+        let (_, pipeline) = Photo.pipeline { $0.decodingQueue = decoding }
+        let first = FetchImage(pipeline: pipeline) // leaves the 128 and 256 buckets in memory
+        first.load(ImageRequest(url: Photo.url))
+        first.displaySize(width: 100, height: 100)
+        await waitUntil(first) { $0.phase.image?.width == 128 }
+        first.displaySize(width: 200, height: 200)
+        await waitUntil(first) { $0.phase.image?.width == 256 }
+
+        let second = FetchImage(pipeline: pipeline)
+        second.displaySize(width: 200, height: 200)
+        second.load(ImageRequest(url: Photo.url))
+        #expect(second.phase.image?.width == 256) // from memory, no bytes
+        decoding.isSuspended = true
+        second.displaySize(width: 50, height: 50) // 64: resampled from the image shown
+        #expect(second.isLoading)
+        let wanted = backToShown ? 256 : 128
+        second.displaySize(width: Double(wanted) - 20, height: Double(wanted) - 20)
+        #expect(second.phase.image?.width == wanted)
+        decoding.isSuspended = false
+        await waitUntil(second) { !$0.isLoading }
+        #expect(second.phase.image?.width == wanted) // not the stale 64-px decode
+    }
 }

@@ -114,6 +114,74 @@ struct PipelineDerivationTests {
         #expect(pipeline.metrics.resampledFromMemory == 3)
     }
 
+    /// A configured decoder that upscales (a custom decoder decides its output): the image for
+    /// a request must not depend on whether the full-size image happens to be in memory, so
+    /// only the default decoder's output is made by resampling.
+    struct UpscalingDecoder: ImageDecoding {
+        func decode(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer {
+            var options = context.options
+            options.allowsUpscaling = true
+            let decoded = try ImageDecoder.decode(data, options: options)
+            return ImageContainer(image: decoded.bitmap, format: decoded.statistics.format)
+        }
+    }
+
+    @Test func theConfiguredDecoderStillDecidesTheImage() async throws {
+        let (_, cold) = Self.pipeline { $0.decoder = UpscalingDecoder() }
+        let request = ImageRequest(url: Self.url, thumbnail: .maxPixelSize(800))
+        let expected = try await cold.image(for: request).image
+        #expect(expected.width == 800) // what the decoder gives
+
+        let (_, warm) = Self.pipeline { $0.decoder = UpscalingDecoder() }
+        _ = try await warm.image(for: Self.url) // the full-size image is now in memory
+        let derived = try await warm.image(for: request).image
+        #expect(derived.width == expected.width && derived.height == expected.height)
+    }
+
+    /// A request that may not read the memory cache must not get a memory-derived image by
+    /// joining a derived decode (the decode key ignores `.disableMemoryCacheReads`).
+    @Test func aRequestThatMayNotReadMemoryDoesNotJoinADerivedDecode() async throws {
+        let decoding = WorkQueue(name: "test.decode", maxConcurrentCount: 1, execution: .threads)
+        let (loader, pipeline) = Self.pipeline { $0.decodingQueue = decoding }
+        _ = try await pipeline.image(for: Self.url)
+        decoding.isSuspended = true
+        let derived = pipeline.imageTask(with: ImageRequest(url: Self.url, thumbnail: .maxPixelSize(100)))
+        let fresh = pipeline.imageTask(with: ImageRequest(url: Self.url, options: [.disableMemoryCacheReads], thumbnail: .maxPixelSize(100)))
+        decoding.isSuspended = false
+        _ = try await derived.response
+        let response = try await fresh.response
+        #expect(response.cacheType != .memory)
+        #expect(loader.loadCount == 2)
+    }
+
+    /// "No fetch, no decode": with an encoding disk policy a derived stage does not read the
+    /// processed entry on the data-loading queue (behind up to 6 downloads) first.
+    @Test func aDerivedDecodeDoesNotWaitForTheDataLoadingQueue() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("lumen-review-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let (_, pipeline) = Self.pipeline {
+            $0.dataCache = DataCache(name: "test", directory: directory)
+            $0.dataCachePolicy = .storeEncodedImages
+        }
+        _ = try await pipeline.image(for: Self.url)
+        let loading = pipeline.configuration.dataLoadingQueue
+        loading.isSuspended = true
+        defer { loading.isSuspended = false }
+        let task = pipeline.imageTask(with: ImageRequest(url: Self.url, thumbnail: .maxPixelSize(100)))
+        #expect(loading.pendingCount == 0)
+        task.cancel()
+    }
+
+    /// The pipeline's look for a full-size image is not a lookup of the ``ImageCache``: the
+    /// cache's own counters see only the request's lookup.
+    @Test func theFullSizeLookupIsNotCountedByTheImageCache() async throws {
+        let (_, pipeline) = Self.pipeline()
+        let cache = try #require(pipeline.configuration.imageCache as? ImageCache)
+        _ = try await pipeline.image(for: ImageRequest(url: Self.url, thumbnail: .maxPixelSize(100)))
+        let layer = pipeline.metrics.memoryCache
+        #expect(cache.metrics.misses == layer.lookups - layer.hits)
+    }
+
     /// Without a memory cache nothing is derived (and nothing breaks).
     @Test func withoutAMemoryCacheEveryRequestFetches() async throws {
         let (loader, pipeline) = Self.pipeline { $0.imageCache = nil }

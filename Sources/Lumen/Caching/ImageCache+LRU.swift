@@ -38,6 +38,14 @@ struct LRUList: ~Copyable {
 
     var count: Int { index.count }
 
+    /// The value for `key` without touching anything: not moved, not counted; `nil` for an
+    /// entry stored at or before `threshold` (left for a lookup to expire).
+    func peek(_ key: ImageCacheKey, storedNoEarlierThan threshold: Double?) -> ImageContainer? {
+        guard let slot = index[key] else { return nil }
+        if let threshold, storedAt[slot] <= threshold { return nil }
+        return entries[slot]?.value
+    }
+
     /// The value for `key`, moved to the head; an entry stored at or before `threshold` (when
     /// given) is expired: removed and reported as a miss.
     mutating func lookup(_ key: ImageCacheKey, storedNoEarlierThan threshold: Double?) -> ImageContainer? {

@@ -166,6 +166,13 @@ public final class ImageCache: ImageCaching {
         return state.withLock { $0.lookup(key, storedNoEarlierThan: expiry) }
     }
 
+    /// The image stored for `key`, without marking it used or counting a lookup in
+    /// ``metrics``: the pipeline asking on its own behalf (a larger decode to resample).
+    func peekValue(forKey key: ImageCacheKey) -> ImageContainer? {
+        let expiry = ttl.map { clock.now.timeIntervalSinceReferenceDate - $0 }
+        return state.withLock { $0.peek(key, storedNoEarlierThan: expiry) }
+    }
+
     /// Stores `value` for `key` as the most recently used entry, then evicts least recently
     /// used entries until the limits hold.
     ///

@@ -180,10 +180,12 @@ final class CacheLayers: Sendable {
         return image
     }
 
-    /// The image stored for `key`, counting nothing: a lookup on the pipeline's own behalf (a
-    /// larger decode to resample), not a request's.
+    /// The image stored for `key`, counting nothing in the pipeline's metrics: a lookup on the
+    /// pipeline's own behalf (a larger decode to resample), not a request's. Lumen's
+    /// ``ImageCache`` neither counts it nor marks the entry used; another cache sees a lookup.
     func peekImage(for key: ImageCacheKey) -> ImageContainer? {
-        imageCache?[key]
+        if let cache = imageCache as? ImageCache { return cache.peekValue(forKey: key) }
+        return imageCache?[key]
     }
 
     /// Stores `image` in memory, counting the write or the oversize rejection.

@@ -51,9 +51,14 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     /// closure: with a waiter installed, every critical section that counts sets it).
     @exclusivity(unchecked) private var needsWaiterCheck = false
 
+    /// Whether the decoder is ``ImageDecoders/Default``, whose output a resize of a larger
+    /// decode reproduces (see ``derivationSource(for:)``).
+    private let decoderIsDefault: Bool
+
     init(configuration: ImagePipeline.Configuration) {
         self.configuration = configuration
         self.caches = CacheLayers(configuration: configuration, metrics: metricsStore)
+        self.decoderIsDefault = configuration.decoder is ImageDecoders.Default
     }
 
     /// Runs `body` holding the lock, then the effects it queued, in order, without it.
@@ -195,10 +200,11 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     /// the request's own ``ImageRequest/derivationSource``, else the unprocessed full-size
     /// image of the same source (image ID and credentials) when the memory cache holds it —
     /// after a prefetch of the URL, or a detail view, say. `nil` for a request without a decode
-    /// size or that may not read the memory cache. Runs user code (the memory cache): call it
-    /// without the lock.
+    /// size or that may not read the memory cache, and with a decoder other than
+    /// ``ImageDecoders/Default`` (a custom decoder decides its own output: it always runs).
+    /// Runs user code (the memory cache): call it without the lock.
     func derivationSource(for request: ImageRequest) -> ImageContainer? {
-        guard request.thumbnail != nil else { return nil }
+        guard request.thumbnail != nil, decoderIsDefault else { return nil }
         if let source = request.derivationSource { return source }
         guard caches.hasImageCache, CacheLayers.readsMemory(request.options),
               let container = caches.peekImage(for: RequestCacheKeys.fullSizeMemoryKey(request)), !container.isPreview
@@ -235,16 +241,20 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         for request: ImageRequest, key: DecodeKey, cacheKeys: RequestCacheKeys?, isFinal: Bool, source: ImageContainer? = nil
     ) -> DecodeTask {
         let task = DecodeTask(graph: self, request: request, key: key, cacheKeys: cacheKeys, isFinal: isFinal, source: source)
-        if configuration.isTaskCoalescingEnabled {
+        // Not pooled when the pool holds a task this request may not join (see
+        // `DecodeTask.mayBeJoined(by:)`): that one keeps answering the others.
+        if configuration.isTaskCoalescingEnabled && decodePool[key] == nil {
             decodePool[key] = task
             task.isPooled = true
         }
         return task
     }
 
-    /// The decode task running for `key`, when coalescing is on. Must hold the lock.
-    func runningDecodeTask(for key: DecodeKey) -> DecodeTask? {
-        configuration.isTaskCoalescingEnabled ? decodePool[key] : nil
+    /// The decode task running for `key` that `request` may join, when coalescing is on. Must
+    /// hold the lock.
+    func runningDecodeTask(for key: DecodeKey, joinedBy request: ImageRequest) -> DecodeTask? {
+        guard configuration.isTaskCoalescingEnabled, let task = decodePool[key], task.mayBeJoined(by: request) else { return nil }
+        return task
     }
 
     /// The task fetching `request`'s original data: shared when coalescing is on. `diskKey` is
@@ -264,7 +274,9 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     /// its processed entry on disk before depending on the stage below).
     func imageTask(for request: ImageRequest, keys: RequestKeys, processorCount: Int, isFinal: Bool) -> ImageStageTask {
         guard processorCount > 0 else {
-            if configuration.isTaskCoalescingEnabled, let task = decodePool[keys.decode] { return task } // joining: no copy of the key
+            if configuration.isTaskCoalescingEnabled, let task = decodePool[keys.decode], task.mayBeJoined(by: request) {
+                return task // joining: no copy of the key
+            }
             return newDecodeTask(for: request, key: keys.decode, cacheKeys: keys.cache, isFinal: isFinal, source: keys.derivationSource)
         }
         let key = keys.process[processorCount - 1]

@@ -11,7 +11,13 @@ final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded b
     init(graph: WorkGraph, request: ImageRequest, key: DecodeKey, cacheKeys: RequestCacheKeys?, isFinal: Bool, source: ImageContainer? = nil) {
         self.key = key
         self.source = source
-        super.init(graph: graph, request: request, cacheKeys: cacheKeys, isFinal: isFinal, stage: .decode)
+        super.init(graph: graph, request: request, cacheKeys: cacheKeys, isFinal: isFinal, stage: .decode, readsDisk: source == nil)
+    }
+
+    /// Whether a request may join this task: one made from a memory-cached image answers only
+    /// requests that may read the memory cache.
+    func mayBeJoined(by request: ImageRequest) -> Bool {
+        source == nil || CacheLayers.readsMemory(request.options)
     }
 
     override var keyDescription: String { key.description }

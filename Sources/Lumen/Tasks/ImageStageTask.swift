@@ -19,11 +19,13 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
     /// Progressive previews in flight (see ProgressiveDecoding.swift); `nil` until the first.
     @exclusivity(unchecked) var previews: PreviewState?
 
-    init(graph: WorkGraph, request: ImageRequest, cacheKeys: RequestCacheKeys?, isFinal: Bool, stage: ImagePipeline.Stage) {
+    /// `readsDisk: false`: never read the processed entry (a stage that makes its image from
+    /// memory, which is cheaper than the disk and never waits behind downloads).
+    init(graph: WorkGraph, request: ImageRequest, cacheKeys: RequestCacheKeys?, isFinal: Bool, stage: ImagePipeline.Stage, readsDisk: Bool = true) {
         self.request = request
         self.cacheKeys = cacheKeys
         let caches = graph.caches
-        self.readsProcessedFromDisk = isFinal && caches.hasDataCache && caches.storesEncodedImages
+        self.readsProcessedFromDisk = readsDisk && isFinal && caches.hasDataCache && caches.storesEncodedImages
             && cacheKeys?.diskProcessed != nil && CacheLayers.readsDisk(request.options)
         super.init(graph: graph, stage: stage)
     }

@@ -47,10 +47,10 @@ public enum ImagePhase: Sendable {
 /// in ``phase`` until the new one is ready.
 ///
 /// **Without the bytes.** When the memory cache already holds the image, the model shows it
-/// and fetches nothing: an entry at the display size's bucket is shown at once; the full-size
-/// image (a prefetch of the URL leaves it there) is resampled to the bucket by the pipeline
-/// (``ImagePipeline/Metrics/resampledFromMemory``), so a prefetched image is downloaded
-/// once. A later size change that the image shown covers (a smaller bucket, or anything at or
+/// and fetches nothing: an entry at the display size's bucket is shown at once; with the
+/// default decoder, the full-size image (a prefetch of the URL leaves it there) is resampled
+/// to the bucket by the pipeline (``ImagePipeline/Metrics/resampledFromMemory``), so a
+/// prefetched image is downloaded once. A later size change that the image shown covers (a smaller bucket, or anything at or
 /// above the image's natural size) is made from it the same way; only a larger size than any
 /// decode in memory needs the bytes again — from the disk cache when the pipeline has one,
 /// else downloaded.
@@ -193,15 +193,29 @@ public final class FetchImage {
     private func resume() {
         guard !isHidden, request != nil else { return }
         if fetched == nil && fetchTask == nil {
-            if let target = currentTarget(), shownTarget != target, showCachedImage(for: target) {
+            // Without bytes, a decode running for another size (made from memory) is stale
+            // once the image shown fits or the bytes are on their way: it must not replace it.
+            let target = currentTarget()
+            if let target, shownTarget != target, showCachedImage(for: target) {
+                cancelDecoding()
                 return // the bytes are fetched later, if a size change needs them
             }
-            if shownTarget == nil || shownTarget != currentTarget() {
+            if shownTarget == nil || shownTarget != target {
                 if makeWithoutBytes() { return }
+                cancelDecoding()
                 startFetch()
+            } else {
+                cancelDecoding()
             }
         }
         decodeIfNeeded()
+    }
+
+    private func cancelDecoding() {
+        guard let decoding else { return }
+        self.decoding = nil
+        decoding.task.cancel()
+        updateIsLoading()
     }
 
     /// Makes the image for the current target without the original bytes when a larger decode
@@ -306,18 +320,12 @@ public final class FetchImage {
         guard !isHidden, fetched != nil, let target = currentTarget() else { return }
         if target == shownTarget {
             // The image shown already fits: drop a decode for another size.
-            if let decoding {
-                self.decoding = nil
-                decoding.task.cancel()
-            }
+            cancelDecoding()
             updateIsLoading()
             return
         }
         if decoding?.target == target { return }
-        if let previous = decoding {
-            decoding = nil
-            previous.task.cancel() // a decode only: the bytes are held here
-        }
+        cancelDecoding() // a decode only: the bytes are held here
         if showCachedImage(for: target) {
             updateIsLoading()
             return
@@ -329,10 +337,7 @@ public final class FetchImage {
     /// Starts the image task for `decodeRequest`, which makes the image for `target`,
     /// replacing any decode running for another target.
     private func startDecoding(_ decodeRequest: ImageRequest, target: DecodeTarget) {
-        if let previous = decoding {
-            decoding = nil
-            previous.task.cancel()
-        }
+        cancelDecoding()
         let task = pipeline.imageTask(with: decodeRequest)
         decoding = (target, task)
         Task { [weak self] in
@@ -390,10 +395,7 @@ public final class FetchImage {
             self.fetchTask = nil
             fetchTask.data.cancel()
         }
-        if let decoding {
-            self.decoding = nil
-            decoding.task.cancel()
-        }
+        cancelDecoding()
         updateIsLoading()
     }
 
