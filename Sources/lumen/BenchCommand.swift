@@ -1,8 +1,9 @@
 import Foundation
 import Lumen
 
-/// `lumen bench [scenario...] [--json] [--iterations N]`: side-by-side benchmarks, each
-/// measuring Lumen and its baseline in the same run and printing ratios.
+/// `lumen bench [scenario...] [--json] [--iterations N] [--count N] [--quick] [--seed N]`:
+/// side-by-side benchmarks, each measuring Lumen and its baseline in the same run and printing
+/// ratios. `--quick` and `--seed` choose the feed's trace, as for `lumen demo`.
 enum BenchCommand {
     static let scenarios = ["decode", "coalesce", "overhead", "cache", "feed"]
 
@@ -10,15 +11,17 @@ enum BenchCommand {
         let args: Arguments
         let iterations: Int
         let count: Int
+        let seed: UInt64
         do {
-            args = try Arguments(argv, valueOptions: ["iterations", "count"], flagOptions: ["json"])
+            args = try Arguments(argv, valueOptions: ["iterations", "count", "seed"], flagOptions: ["json", "quick"])
             iterations = try args.int("iterations", range: 1...1000) ?? 5
             count = try args.int("count", range: 1...1_000_000) ?? 10_000
+            seed = try args.int("seed", range: 0...Int.max).map(UInt64.init) ?? FeedTrace.defaultSeed
             for s in args.positionals where !scenarios.contains(s) {
                 throw UsageError("unknown scenario '\(s)' (known: \(scenarios.joined(separator: ", ")))")
             }
         } catch {
-            printError("lumen bench: \(error)\nusage: lumen bench [\(scenarios.joined(separator: "|"))]... [--json] [--iterations N] [--count N]")
+            printError("lumen bench: \(error)\nusage: lumen bench [\(scenarios.joined(separator: "|"))]... [--json] [--iterations N] [--count N] [--quick] [--seed N]")
             return 2
         }
         let chosen = args.positionals.isEmpty ? scenarios : args.positionals
@@ -28,7 +31,9 @@ enum BenchCommand {
                 case "decode": try BenchDecode.run(json: args.flag("json"), iterations: iterations)
                 case "coalesce", "overhead": try await BenchGraph.run(scenario, json: args.flag("json"), count: count, rounds: iterations)
                 case "cache": try await BenchCache.run(json: args.flag("json"), iterations: iterations)
-                case "feed": try BenchFeed.run(json: args.flag("json"), rounds: args.string("iterations") == nil ? 3 : iterations)
+                case "feed":
+                    try BenchFeed.run(json: args.flag("json"), rounds: args.string("iterations") == nil ? 3 : iterations,
+                                      quick: args.flag("quick"), seed: seed)
                 default: break
                 }
             }

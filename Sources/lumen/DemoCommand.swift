@@ -1,7 +1,8 @@
 import Foundation
 import Lumen
 
-/// `lumen demo [--quick] [--json] [--output DIR]`: Lumen's main job on an embedded default.
+/// `lumen demo [--quick] [--seed N] [--json] [--output DIR]`: Lumen's main job on an embedded
+/// default (`--seed` replays another trace of the same shape: other reposts and avatars).
 ///
 /// Serves generated photo-like images from a loopback server, replays a scroll trace through
 /// (a) Lumen with its defaults, (b) Lumen with coalescing off and (c) a naive loader that does
@@ -13,12 +14,14 @@ import Lumen
 /// performance goals are printed with their verdicts but do not fail the run (the machine's
 /// load moves them).
 enum DemoCommand {
-    static let usageText = "usage: lumen demo [--quick] [--json] [--output DIR]"
+    static let usageText = "usage: lumen demo [--quick] [--seed N] [--json] [--output DIR]"
 
     static func run(_ argv: [String]) -> Int32 {
         let args: Arguments
+        let seed: UInt64
         do {
-            args = try Arguments(argv, valueOptions: ["output"], flagOptions: ["quick", "json"])
+            args = try Arguments(argv, valueOptions: ["output", "seed"], flagOptions: ["quick", "json"])
+            seed = try args.int("seed", range: 0...Int.max).map(UInt64.init) ?? FeedTrace.defaultSeed
             if let extra = args.positionals.first { throw UsageError("unexpected argument '\(extra)'") }
         } catch {
             printError("lumen demo: \(error)\n\(usageText)")
@@ -26,7 +29,7 @@ enum DemoCommand {
         }
         let output = URL(fileURLWithPath: args.string("output") ?? "out/demo").standardizedFileURL
         do {
-            let violations = try runDemo(output: output, quick: args.flag("quick"), json: args.flag("json"))
+            let violations = try runDemo(output: output, quick: args.flag("quick"), seed: seed, json: args.flag("json"))
             if violations.isEmpty { return 0 }
             printError("lumen demo: \(violations.count) claim(s) failed:")
             for violation in violations { printError("  - \(violation)") }
@@ -38,7 +41,7 @@ enum DemoCommand {
     }
 
     /// Runs the demo; returns the claims that failed.
-    static func runDemo(output: URL, quick: Bool, json: Bool) throws -> [String] {
+    static func runDemo(output: URL, quick: Bool, seed: UInt64 = FeedTrace.defaultSeed, json: Bool) throws -> [String] {
         let start = monotonicSeconds()
         // With --json, stdout carries only the JSON object; progress goes to stderr.
         let say: (String) -> Void = json ? { printError($0) } : { print($0) }
@@ -47,7 +50,7 @@ enum DemoCommand {
             say(String(format: "[%d/%d %5.1f s] %@", n, phases, monotonicSeconds() - start, text))
         }
         phase(1, "images and server" + (quick ? " (quick trace)" : ""))
-        let runner = try FeedRunner(quick: quick) { say("        " + $0) }
+        let runner = try FeedRunner(quick: quick, seed: seed) { say("        " + $0) }
         let sheet = output.appendingPathComponent("contact-sheet.png")
         try? FileManager.default.removeItem(at: sheet)
 
@@ -102,6 +105,7 @@ enum DemoCommand {
             var object = report.json
             object["scenario"] = "demo"
             object["quick"] = quick
+            object["seed"] = seed
             object["contactSheet"] = sheet.path
             object["traceCells"] = runner.trace.cells.count
             object["traceShownCells"] = runner.trace.shownCells.count

@@ -83,14 +83,18 @@ struct FeedRunStats: Codable, Sendable {
 /// against one loopback server in this process.
 struct FeedRunner {
     let quick: Bool
+    /// The trace's seed (``FeedTrace/defaultSeed`` unless asked otherwise): which photo each
+    /// cell reposts and which avatar it shows.
+    let seed: UInt64
     let server: LoopbackServer
     let photos: [FeedAsset]
     let avatars: [FeedAsset]
     let trace: FeedTrace
 
     /// Generates (or finds) the images, starts the server and serves them.
-    init(quick: Bool, progress: (String) -> Void) throws {
+    init(quick: Bool, seed: UInt64 = FeedTrace.defaultSeed, progress: (String) -> Void) throws {
         self.quick = quick
+        self.seed = seed
         let (photos, avatars) = FeedAssets.catalogue(quick: quick)
         self.photos = photos
         self.avatars = avatars
@@ -107,19 +111,19 @@ struct FeedRunner {
         }
         server = try LoopbackServer()
         let bytes = try FeedAssets.serve(photos + avatars, on: server)
-        trace = Self.trace(quick: quick, photos: photos, avatars: avatars)
+        trace = Self.trace(quick: quick, seed: seed, photos: photos, avatars: avatars)
         let largeShown = trace.shownCells.filter { photos[trace.cells[$0].photo].megapixels > 10 }.count
-        progress(String(format: "serving them at %@ (%.1f MB); trace: %d cells, %d steps, %d shown (%d of them with a 12 MP photo), %d distinct images",
-                        server.baseURL.absoluteString, Double(bytes) / 1e6, trace.cells.count, trace.steps.count,
+        progress(String(format: "serving them at %@ (%.1f MB); trace (seed %llu): %d cells, %d steps, %d shown (%d of them with a 12 MP photo), %d distinct images",
+                        server.baseURL.absoluteString, Double(bytes) / 1e6, seed, trace.cells.count, trace.steps.count,
                         trace.shownCells.count, largeShown, trace.distinctImages))
     }
 
-    static func trace(quick: Bool, photos: [FeedAsset], avatars: [FeedAsset]) -> FeedTrace {
+    static func trace(quick: Bool, seed: UInt64, photos: [FeedAsset], avatars: [FeedAsset]) -> FeedTrace {
         // 12 MP photos go to cells; the detail view shows the largest of the others (3 MP; the
         // quick catalogue's 1.9 MP one).
         let large = photos.indices.filter { photos[$0].megapixels > 10 }
         let detail = photos.indices.filter { !large.contains($0) }.max { photos[$0].megapixels < photos[$1].megapixels }!
-        return FeedTrace.make(quick: quick, photoCount: photos.count, largePhotos: large, detailPhoto: detail, avatarCount: avatars.count)
+        return FeedTrace.make(quick: quick, photoCount: photos.count, largePhotos: large, detailPhoto: detail, avatarCount: avatars.count, seed: seed)
     }
 
     /// Set in a replay child's environment to have it print its progress.
@@ -148,7 +152,7 @@ struct FeedRunner {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe")
         process.arguments = ["bench-child", "feed", variant.rawValue, server.baseURL.absoluteString,
-                             quick ? "quick" : "full", cacheDirectory.path, sheet?.path ?? "-"]
+                             quick ? "quick" : "full", String(seed), cacheDirectory.path, sheet?.path ?? "-"]
         // For profiling a replay: `LUMEN_FEED_CHILD_WRAPPER="/usr/bin/perf record -q -o /tmp/x"`
         // runs each child under that command (split at spaces; an absolute path), with this
         // executable's path and the child's arguments appended. The child's stdout must come
@@ -207,9 +211,9 @@ struct FeedRunner {
 
     /// The replay itself, in the child process (`lumen bench-child feed …`): prints one line
     /// of JSON (``FeedRunStats``).
-    static func child(variant: FeedVariant, baseURL: URL, quick: Bool, cacheDirectory: URL, sheet: URL?) throws {
+    static func child(variant: FeedVariant, baseURL: URL, quick: Bool, seed: UInt64, cacheDirectory: URL, sheet: URL?) throws {
         let (photos, avatars) = FeedAssets.catalogue(quick: quick)
-        let trace = trace(quick: quick, photos: photos, avatars: avatars)
+        let trace = trace(quick: quick, seed: seed, photos: photos, avatars: avatars)
         let photoURLs = photos.map { URL(string: baseURL.absoluteString + $0.path)! }
         let avatarURLs = avatars.map { URL(string: baseURL.absoluteString + $0.path)! }
         let loader: any FeedLoading = switch variant {

@@ -43,6 +43,9 @@ struct FeedTrace: Sendable {
         case closeDetail
     }
 
+    /// The seed of the embedded default trace.
+    static let defaultSeed: UInt64 = 42
+
     let visibleCount = 4
     let prefetchCount = 6
     let thumbnailPixels = 256
@@ -55,7 +58,7 @@ struct FeedTrace: Sendable {
 
     /// The trace for the catalogue: `photoCount` photos, `largePhotos` (12 MP) among them,
     /// `detailPhoto` shown in the detail view, `avatarCount` avatars.
-    static func make(quick: Bool, photoCount: Int, largePhotos: [Int], detailPhoto: Int, avatarCount: Int, seed: UInt64 = 42) -> FeedTrace {
+    static func make(quick: Bool, photoCount: Int, largePhotos: [Int], detailPhoto: Int, avatarCount: Int, seed: UInt64 = defaultSeed) -> FeedTrace {
         var steps: [Step] = [.scroll(to: 0)]
         var detailCells: [Int] = []
         func slow(_ from: Int, _ to: Int, detailAt: Int? = nil) {

@@ -7,9 +7,10 @@ let usage = """
     usage: lumen <command> [options]
 
     commands:
-      demo        replay a scrolling feed through Lumen and a naive loader, side by side (--quick, --json)
+      demo        replay a scrolling feed through Lumen and a naive loader, side by side (--quick, --seed N, --json, --output DIR)
       thumbnail   make thumbnails of image files or URLs (lumen thumbnail --help)
       bench       side-by-side benchmarks: lumen bench [decode|coalesce|overhead|cache|feed]... [--json] [--iterations N] [--count N]
+                  (feed: [--quick] [--seed N], the demo's trace options)
     """
 
 /// Runs an async command on the global executor while the main thread waits. The main thread

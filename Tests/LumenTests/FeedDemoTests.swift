@@ -3,16 +3,20 @@ import Testing
 
 /// `lumen demo`, run as users run it (quick trace, JSON output): its replay through Lumen
 /// with the defaults makes exactly one network request per distinct URL, as counted by the
-/// loopback server, and the demo's own checks pass.
+/// loopback server, and the demo's own checks pass — on the embedded trace and on another
+/// seed's (other reposts and avatars over the same scroll).
 @Suite(.timeLimit(.minutes(1)))
 struct FeedDemoTests {
-    @Test func demoRunAMakesExactlyOneNetworkRequestPerDistinctURL() async throws {
+    @Test(arguments: [nil, 7] as [Int?])
+    func demoRunAMakesExactlyOneNetworkRequestPerDistinctURL(seed: Int?) async throws {
         let output = FileManager.default.temporaryDirectory.appendingPathComponent("lumen-demo-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: output) }
-        let outcome = try await Executables.run("lumen", ["demo", "--quick", "--json", "--output", output.path])
+        let seedArguments = seed.map { ["--seed", String($0)] } ?? []
+        let outcome = try await Executables.run("lumen", ["demo", "--quick", "--json", "--output", output.path] + seedArguments)
         #expect(outcome.status == 0, "\(outcome.standardError)")
         let line = try #require(outcome.standardOutput.split(separator: "\n").last, "no output; stderr: \(outcome.standardError)")
         let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        #expect(object["seed"] as? Int == seed ?? 42)
         let lumen = try #require(object["lumen"] as? [String: Any])
         let noCoalescing = try #require(object["noCoalescing"] as? [String: Any])
         let naive = try #require(object["naive"] as? [String: Any])
