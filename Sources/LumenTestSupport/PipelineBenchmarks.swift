@@ -18,22 +18,31 @@ public enum PipelineBenchmarks {
         public var networkRequests: Int
         /// Decodes performed.
         public var decodes: Int
-        /// The scenario's headline cost per request, in microseconds (see each scenario).
+        /// The pipeline's whole cost per request, in microseconds (see each scenario).
         public var microsPerRequest: Double
         /// The same work without the pipeline (µs per request), when the scenario has a
         /// baseline.
         public var baselineMicrosPerRequest: Double?
+        /// `microsPerRequest − baselineMicrosPerRequest`: what the pipeline adds per request.
+        public var overheadMicrosPerRequest: Double? { baselineMicrosPerRequest.map { microsPerRequest - $0 } }
+        /// `microsPerRequest ÷ baselineMicrosPerRequest` (above 1: the pipeline costs more).
+        public var pipelineOverBaseline: Double? { baselineMicrosPerRequest.map { microsPerRequest / $0 } }
         /// Resident memory per in-flight request, in bytes, when measured.
         public var bytesPerInFlightRequest: Double?
 
         /// One JSON object (keys: `name`, `requests`, `networkRequests`, `decodes`,
-        /// `microsPerRequest`, and the optional measurements when present).
+        /// `microsPerRequest`, and the optional measurements when present, with the baseline's
+        /// `overheadMicrosPerRequest` and `pipelineOverBaseline`).
         public var json: String {
             var fields = [
                 "\"name\": \"\(name)\"", "\"requests\": \(requests)", "\"networkRequests\": \(networkRequests)",
                 "\"decodes\": \(decodes)", "\"microsPerRequest\": \(rounded(microsPerRequest))",
             ]
-            if let baselineMicrosPerRequest { fields.append("\"baselineMicrosPerRequest\": \(rounded(baselineMicrosPerRequest))") }
+            if let baselineMicrosPerRequest, let overheadMicrosPerRequest, let pipelineOverBaseline {
+                fields.append("\"baselineMicrosPerRequest\": \(rounded(baselineMicrosPerRequest))")
+                fields.append("\"overheadMicrosPerRequest\": \(rounded(overheadMicrosPerRequest))")
+                fields.append("\"pipelineOverBaseline\": \(rounded(pipelineOverBaseline))")
+            }
             if let bytesPerInFlightRequest { fields.append("\"bytesPerInFlightRequest\": \(Int(bytesPerInFlightRequest))") }
             return "{" + fields.joined(separator: ", ") + "}"
         }
@@ -149,9 +158,9 @@ public enum PipelineBenchmarks {
     }
 
     /// `count` distinct requests through the pipeline against the same loads and decodes done
-    /// directly, both as `count` concurrent tasks. `microsPerRequest` is the pipeline's
-    /// overhead per request: (pipeline time − direct time) / count, each side the fastest of
-    /// `rounds` alternating rounds.
+    /// directly, both as `count` concurrent tasks. `microsPerRequest` is the pipeline's time per
+    /// request, `baselineMicrosPerRequest` the direct time, each the fastest of `rounds`
+    /// alternating rounds; ``Result/overheadMicrosPerRequest`` is what the pipeline adds.
     public static func overhead(count: Int = 10_000, rounds: Int = 1) async throws -> Result {
         let urls = (0..<count).map { URL(string: "https://bench.lumen/overhead/\($0).jpg")! }
         var bestDirect = Double.infinity, bestPiped = Double.infinity
@@ -180,7 +189,7 @@ public enum PipelineBenchmarks {
         }
         return Result(
             name: "overhead", requests: count, networkRequests: networkRequests, decodes: decodes,
-            microsPerRequest: (bestPiped - bestDirect) / Double(count), baselineMicrosPerRequest: bestDirect / Double(count))
+            microsPerRequest: bestPiped / Double(count), baselineMicrosPerRequest: bestDirect / Double(count))
     }
 
     /// The baselines' work without the pipeline: the loader, then the decoder, called directly.

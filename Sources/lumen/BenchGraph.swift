@@ -13,17 +13,10 @@ enum BenchGraph {
     /// profilers such as callgrind).
     /// `rounds`: alternating pipeline/baseline rounds, the fastest of each kept.
     static func run(_ scenario: String, json: Bool, count: Int = 10_000, rounds: Int = 5) async throws {
-        let result: PipelineBenchmarks.Result
-        let pipelineMicros: Double
-        switch scenario {
-        case "coalesce":
-            result = try await PipelineBenchmarks.coalesce(count: count, rounds: rounds)
-            pipelineMicros = result.microsPerRequest
-        default:
-            result = try await PipelineBenchmarks.overhead(count: count, rounds: rounds)
-            // The library's overhead result is the difference; the whole cost adds the baseline back.
-            pipelineMicros = result.microsPerRequest + (result.baselineMicrosPerRequest ?? 0)
-        }
+        let result = scenario == "coalesce"
+            ? try await PipelineBenchmarks.coalesce(count: count, rounds: rounds)
+            : try await PipelineBenchmarks.overhead(count: count, rounds: rounds)
+        let pipelineMicros = result.microsPerRequest
         var object: [String: Any] = [
             "scenario": scenario,
             "requests": result.requests,

@@ -711,7 +711,11 @@ extension DocumentationExampleTests {
 
             let overhead = try await PipelineBenchmarks.overhead(count: 100)
             #expect(overhead.networkRequests == 100 && overhead.decodes == 100)
-            #expect(overhead.baselineMicrosPerRequest != nil)
+            // The JSON carries the command's keys: the whole cost, the baseline, their difference
+            // and ratio.
+            for key in ["microsPerRequest", "baselineMicrosPerRequest", "overheadMicrosPerRequest", "pipelineOverBaseline"] {
+                #expect(overhead.json.contains("\"\(key)\""))
+            }
         }
 
         /// `lumen bench coalesce overhead cache --json --count 200`: one JSON object per scenario with the
