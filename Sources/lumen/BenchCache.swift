@@ -29,6 +29,7 @@ enum BenchCache {
             "diskHitMicros": disk.pipeline,
             "directReadDecodeMicros": disk.direct,
             "diskHitRatio": disk.pipeline / disk.direct,
+            "pipelineOverBaseline": disk.pipeline / disk.direct, // the disk hit's: the name every scenario with a baseline uses
             "sweepMillis": sweep.scan,
             "sweepEntries": 10_000,
             "sweepEvictingMillis": sweep.evicting,

@@ -750,8 +750,9 @@ extension DocumentationExampleTests {
             #expect(objects[0]["requests"] as? Int == 200 && objects[1]["requests"] as? Int == 200) // --count
             #expect(Set(objects[2].keys) == [
                 "scenario", "syncHitNanos", "asyncHitNanos", "diskHitMicros", "directReadDecodeMicros",
-                "diskHitRatio", "sweepMillis", "sweepEntries", "sweepEvictingMillis", "sweepEvicted",
+                "diskHitRatio", "pipelineOverBaseline", "sweepMillis", "sweepEntries", "sweepEvictingMillis", "sweepEvicted",
             ])
+            #expect(objects[2]["pipelineOverBaseline"] as? Double == objects[2]["diskHitRatio"] as? Double)
             // Half the directory's size as the limit, swept down to 80% of it: about 60% go.
             let evicted = try #require(objects[2]["sweepEvicted"] as? Int)
             #expect(evicted > 5_000 && evicted < 7_000)
