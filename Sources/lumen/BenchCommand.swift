@@ -20,6 +20,9 @@ enum BenchCommand {
             for s in args.positionals where !scenarios.contains(s) {
                 throw UsageError("unknown scenario '\(s)' (known: \(scenarios.joined(separator: ", ")))")
             }
+            if (args.flag("quick") || args.string("seed") != nil) && !args.positionals.isEmpty && !args.positionals.contains("feed") {
+                throw UsageError("--quick and --seed choose the feed's trace: add the feed scenario")
+            }
         } catch {
             printError("lumen bench: \(error)\nusage: lumen bench [\(scenarios.joined(separator: "|"))]... [--json] [--iterations N] [--count N] [--quick] [--seed N]")
             return 2

@@ -767,7 +767,8 @@ extension DocumentationExampleTests {
             let lines = outcome.standardOutput.split(separator: "\n").map(String.init)
             let ratios = lines.indices.filter { lines[$0].hasPrefix("  ratio pipeline ÷ baseline:") }
             #expect(ratios.count == 2)
-            for index in ratios where index >= 2 {
+            for index in ratios {
+                try #require(index >= 2, "a ratio line without the two lines it compares: \(lines)")
                 #expect(lines[index - 2].hasPrefix("  pipeline:") && lines[index - 1].hasPrefix("  baseline:"))
             }
         }
@@ -775,6 +776,10 @@ extension DocumentationExampleTests {
         @Test func anUnknownScenarioIsAUsageError() async throws {
             let outcome = try await Executables.run("lumen", ["bench", "nosuch"])
             #expect(outcome.status == 2)
+            // The feed's trace options without the feed say so rather than being ignored.
+            let misplaced = try await Executables.run("lumen", ["bench", "coalesce", "--seed", "7"])
+            #expect(misplaced.status == 2)
+            #expect(misplaced.standardError.contains("--seed"))
         }
     }
 }

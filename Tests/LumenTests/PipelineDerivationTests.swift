@@ -48,7 +48,7 @@ struct PipelineDerivationTests {
 
     @Test(arguments: [DecodeSize.maxPixelSize(100), .size(width: 64, height: 64, contentMode: .aspectFill),
                       .size(width: 120, height: 30, contentMode: .aspectFit), .maxPixelSize(1000)])
-    func aSmallerSizeIsResampledFromTheFullSizeImage(size: DecodeSize) async throws {
+    func aSizedRequestIsResampledFromTheFullSizeImage(size: DecodeSize) async throws {
         let (loader, pipeline) = Self.pipeline()
         let full = try await pipeline.image(for: Self.url)
         #expect(full.image.width == 400)
@@ -157,7 +157,7 @@ struct PipelineDerivationTests {
     /// "No fetch, no decode": with an encoding disk policy a derived stage does not read the
     /// processed entry on the data-loading queue (behind up to 6 downloads) first.
     @Test func aDerivedDecodeDoesNotWaitForTheDataLoadingQueue() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("lumen-review-\(UUID().uuidString)")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("lumen-derivation-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
         let (_, pipeline) = Self.pipeline {
             $0.dataCache = DataCache(name: "test", directory: directory)
@@ -180,6 +180,17 @@ struct PipelineDerivationTests {
         _ = try await pipeline.image(for: ImageRequest(url: Self.url, thumbnail: .maxPixelSize(100)))
         let layer = pipeline.metrics.memoryCache
         #expect(cache.metrics.misses == layer.lookups - layer.hits)
+    }
+
+    /// An entry that keeps its encoded bytes (an animated image stored by hand) is not a still
+    /// to resample: the request fetches and decodes as usual.
+    @Test func anEntryKeepingItsBytesIsNotResampled() async throws {
+        let (loader, pipeline) = Self.pipeline()
+        let full = try ImageDecoder.decode(Self.photo).bitmap
+        pipeline.cache[ImageRequest(url: Self.url)] = ImageContainer(image: full, format: .png, data: Self.photo)
+        _ = try await pipeline.image(for: ImageRequest(url: Self.url, thumbnail: .maxPixelSize(100)))
+        #expect(loader.loadCount == 1)
+        #expect(pipeline.metrics.resampledFromMemory == 0 && pipeline.metrics.decodes == 1)
     }
 
     /// Without a memory cache nothing is derived (and nothing breaks).

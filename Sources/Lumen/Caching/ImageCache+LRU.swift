@@ -40,6 +40,7 @@ struct LRUList: ~Copyable {
 
     /// The value for `key` without touching anything: not moved, not counted; `nil` for an
     /// entry stored at or before `threshold` (left for a lookup to expire).
+    /// - Complexity: O(1).
     func peek(_ key: ImageCacheKey, storedNoEarlierThan threshold: Double?) -> ImageContainer? {
         guard let slot = index[key] else { return nil }
         if let threshold, storedAt[slot] <= threshold { return nil }

@@ -168,6 +168,7 @@ public final class ImageCache: ImageCaching {
 
     /// The image stored for `key`, without marking it used or counting a lookup in
     /// ``metrics``: the pipeline asking on its own behalf (a larger decode to resample).
+    /// - Complexity: O(1).
     func peekValue(forKey key: ImageCacheKey) -> ImageContainer? {
         let expiry = ttl.map { clock.now.timeIntervalSinceReferenceDate - $0 }
         return state.withLock { $0.peek(key, storedNoEarlierThan: expiry) }

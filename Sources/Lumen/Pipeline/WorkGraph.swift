@@ -205,9 +205,12 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     /// Runs user code (the memory cache): call it without the lock.
     func derivationSource(for request: ImageRequest) -> ImageContainer? {
         guard request.thumbnail != nil, decoderIsDefault else { return nil }
-        if let source = request.derivationSource { return source }
+        if let source = request.derivationSource { return source.data == nil ? source : nil }
+        // An entry that keeps its encoded bytes (stored by hand: the default decoder keeps
+        // none) is no still image to resample.
         guard caches.hasImageCache, CacheLayers.readsMemory(request.options),
-              let container = caches.peekImage(for: RequestCacheKeys.fullSizeMemoryKey(request)), !container.isPreview
+              let container = caches.peekImage(for: RequestCacheKeys.fullSizeMemoryKey(request)),
+              !container.isPreview, container.data == nil
         else { return nil }
         return container
     }

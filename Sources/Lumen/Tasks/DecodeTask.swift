@@ -24,13 +24,7 @@ final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded b
 
     override func startBelow() {
         if let source {
-            // Kept encoded bytes (an animated image) decode at the size as fetched bytes would;
-            // a still image is resampled.
-            if let data = source.data {
-                decode(FetchedData(data: data, urlResponse: nil, cacheType: .memory))
-            } else {
-                resample(source)
-            }
+            resample(source)
             return
         }
         let fetch = graph.fetchTask(for: request, key: key.fetch, diskKey: cacheKeys?.diskOriginal)

@@ -219,10 +219,11 @@ public final class FetchImage {
     }
 
     /// Makes the image for the current target without the original bytes when a larger decode
-    /// of it is at hand — the image shown (the size shrank), or the full-size image in the
-    /// memory cache — by an image task the pipeline answers by resampling it. With the size
-    /// still unknown, waits for it when the full-size image is in memory. Answers whether no
-    /// fetch is needed now.
+    /// of it is at hand — the full-size image in the memory cache, else the image shown (the
+    /// size shrank; resampling it twice may round a side one pixel differently from a direct
+    /// decode) — by an image task the pipeline answers by resampling it. With the size still
+    /// unknown, waits for it when the full-size image is in memory. Answers whether no fetch
+    /// is needed now.
     private func makeWithoutBytes() -> Bool {
         guard let request, fetched == nil else { return false }
         guard let target = currentTarget() else {
@@ -230,11 +231,11 @@ public final class FetchImage {
         }
         guard let size = target.size, var sized = sizedRequest(target) else { return false }
         if decoding?.target == target { return true }
-        if request.processors.isEmpty, let shown = phase.image, case .success(let response) = phase,
-           case .maxPixelSize(let asked) = size, max(shown.width, shown.height) >= asked {
+        if !pipeline.holdsFullSizeImage(for: request) {
+            guard request.processors.isEmpty, case .success(let response) = phase, case .maxPixelSize(let asked) = size,
+                  max(response.image.width, response.image.height) >= asked
+            else { return false }
             sized.derivationSource = response.container
-        } else if !pipeline.holdsFullSizeImage(for: request) {
-            return false
         }
         startDecoding(sized, target: target)
         return true

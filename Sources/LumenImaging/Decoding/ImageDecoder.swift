@@ -154,7 +154,9 @@ public enum ImageDecoder {
     /// `options` gives: resampled, centre-cropped for an aspect fill, never upscaled unless
     /// `options` allows it. What the pipeline uses to make a smaller decode from a larger one
     /// it already holds instead of decoding the bytes again (`image`'s orientation is already
-    /// applied, so `options.appliesOrientation` plays no part).
+    /// applied, so `options.appliesOrientation` plays no part). Given an already reduced
+    /// `image`, the output's sides follow from its size, so they may round one pixel away from
+    /// a decode of the original.
     /// - Throws: ``ImagingError/tooLarge(width:height:)`` when an upscaled output would exceed
     ///   `options.maximumPixelCount`.
     public static func resize(_ image: Bitmap, options: DecodeOptions) throws(ImagingError) -> Bitmap {
