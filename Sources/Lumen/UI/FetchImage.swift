@@ -4,29 +4,6 @@ import Observation
 import FoundationNetworking
 #endif
 
-/// Where an image being loaded for display is: the counterpart of SwiftUI's `AsyncImagePhase`.
-public enum ImagePhase: Sendable {
-    /// Nothing to show yet (not started, loading, or waiting for the display size).
-    case empty
-    /// The image, decoded for the current display size.
-    case success(ImageResponse)
-    /// Loading failed. Cancellation is never a failure: a cancelled load leaves the phase as
-    /// it was.
-    case failure(ImagePipeline.Error)
-
-    /// The image, in ``success(_:)``.
-    public var image: Bitmap? {
-        if case .success(let response) = self { return response.image }
-        return nil
-    }
-
-    /// The error, in ``failure(_:)``.
-    public var error: ImagePipeline.Error? {
-        if case .failure(let error) = self { return error }
-        return nil
-    }
-}
-
 /// Loads one image for a piece of UI — a cell, a thumbnail, a detail view — and publishes its
 /// ``phase`` for SwiftUI (through Observation) or any other UI code.
 ///
@@ -403,21 +380,5 @@ public final class FetchImage {
     private func updateIsLoading() {
         let loading = fetchTask != nil || decoding != nil
         if isLoading != loading { isLoading = loading }
-    }
-}
-
-extension ImageRequest {
-    /// What makes two requests show the same image, for a view deciding whether to reload:
-    /// the source with the headers that identify the caller (a different `Authorization`
-    /// is a different image), the image ID, the decode size and the processors. The priority
-    /// is not part of it.
-    struct ShownImageIdentity: Hashable, Sendable {
-        let fetch: FetchKey
-        let image: ImageCacheKey
-    }
-
-    /// This request's ``ShownImageIdentity``.
-    var shownImageIdentity: ShownImageIdentity {
-        ShownImageIdentity(fetch: fetchKey, image: RequestCacheKeys.finalMemoryKey(self))
     }
 }
