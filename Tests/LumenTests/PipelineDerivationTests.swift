@@ -182,6 +182,23 @@ struct PipelineDerivationTests {
         #expect(cache.metrics.misses == layer.lookups - layer.hits)
     }
 
+    /// The same for a processing stage that started from a processor prefix the memory cache
+    /// held: a request that may not read memory gets its own chain (and fetches).
+    @Test func aRequestThatMayNotReadMemoryDoesNotJoinAStageStartedFromMemory() async throws {
+        let processing = WorkQueue(name: "test.process", maxConcurrentCount: 1, execution: .threads)
+        let (loader, pipeline) = Self.pipeline { $0.processingQueue = processing }
+        _ = try await pipeline.image(for: ImageRequest(url: Self.url, processors: [.grayscale]))
+        let processors: [any ImageProcessing] = [.grayscale, ImageProcessors.Crop(x: 0, y: 0, width: 10, height: 10)]
+        processing.isSuspended = true
+        let fromPrefix = pipeline.imageTask(with: ImageRequest(url: Self.url, processors: processors))
+        let fresh = pipeline.imageTask(with: ImageRequest(url: Self.url, processors: processors, options: [.disableMemoryCacheReads]))
+        processing.isSuspended = false
+        _ = try await fromPrefix.response
+        _ = try await fresh.response
+        #expect(loader.loadCount == 2)
+        #expect(pipeline.metrics.process.joined == 0)
+    }
+
     /// An entry that keeps its encoded bytes (an animated image stored by hand) is not a still
     /// to resample: the request fetches and decodes as usual.
     @Test func anEntryKeepingItsBytesIsNotResampled() async throws {

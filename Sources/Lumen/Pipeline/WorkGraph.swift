@@ -286,10 +286,14 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         guard configuration.isTaskCoalescingEnabled else {
             return ProcessTask(graph: self, request: request, keys: keys, processorCount: processorCount, isFinal: isFinal)
         }
-        if let task = processPool[key] { return task }
+        let running = processPool[key]
+        if let running, running.mayBeJoined(by: request) { return running }
         let task = ProcessTask(graph: self, request: request, keys: keys, processorCount: processorCount, isFinal: isFinal)
-        processPool[key] = task
-        task.isPooled = true
+        // A running task this request may not join keeps its place in the pool.
+        if running == nil {
+            processPool[key] = task
+            task.isPooled = true
+        }
         return task
     }
 }

@@ -97,13 +97,24 @@ final class ProcessTask: ImageStageTask, @unchecked Sendable { // state guarded 
     let keys: RequestKeys
     let processorCount: Int
 
+    /// Whether its input comes from the memory cache: a cached processor prefix, or a decode
+    /// made from a memory-cached image (see ``WorkGraph/derivationSource(for:)``).
+    private let startsFromMemory: Bool
+
     init(graph: WorkGraph, request: ImageRequest, keys: RequestKeys, processorCount: Int, isFinal: Bool) {
         self.keys = keys
         self.processorCount = processorCount
+        self.startsFromMemory = keys.cachedPrefix != nil || keys.derivationSource != nil
         super.init(graph: graph, request: request, cacheKeys: keys.cache, isFinal: isFinal, stage: .process)
     }
 
     var key: ProcessKey { keys.process[processorCount - 1] }
+
+    /// Whether a request may join this task: one whose input came from the memory cache answers
+    /// only requests that may read it.
+    func mayBeJoined(by request: ImageRequest) -> Bool {
+        !startsFromMemory || CacheLayers.readsMemory(request.options)
+    }
 
     override var keyDescription: String { key.description }
 
