@@ -26,6 +26,12 @@ struct FetchImageTests {
 
         let image = try #require(model.phase.image)
         #expect(image.width == 256) // the trivial decoder decodes `.maxPixelSize(n)` as n×n
+        // As with `AsyncImagePhase`, the success case carries the image; the response beside
+        // it says the rest.
+        guard case .success(let shown) = model.phase else { Issue.record("not .success: \(model.phase)"); return }
+        #expect(shown == image)
+        #expect(model.response?.image == image && model.response?.request.thumbnail == .maxPixelSize(256))
+        #expect(model.response?.cacheType == nil) // from the network
         #expect(!model.isLoading)
         #expect(h.pipeline.metrics.networkRequestsStarted == 1)
         #expect(h.pipeline.metrics.decodes == 1)
@@ -66,6 +72,7 @@ struct FetchImageTests {
         let error = try #require(model.phase.error)
         #expect(error.code == .dataLoadingFailed)
         #expect(error.statusCode == 500)
+        #expect(model.response == nil)
         #expect(!model.isLoading)
         #expect(h.pipeline.metrics.decodes == 0)
     }

@@ -46,6 +46,9 @@ import FoundationNetworking
 public final class FetchImage {
     /// Where loading is.
     public private(set) var phase: ImagePhase = .empty
+    /// The response whose image ``phase`` shows: the request at the size decoded, the cache
+    /// type, the URL response. `nil` unless the phase is `.success`.
+    public private(set) var response: ImageResponse?
     /// Whether a fetch or a decode is running for the model.
     public private(set) var isLoading = false
     /// The request being shown, `nil` when none.
@@ -117,7 +120,7 @@ public final class FetchImage {
         fetched = nil
         shownTarget = nil
         naturalMaxPixelSize = nil
-        phase = .empty
+        show(.empty)
         self.request = request
         resume()
     }
@@ -209,7 +212,7 @@ public final class FetchImage {
         guard let size = target.size, var sized = sizedRequest(target) else { return false }
         if decoding?.target == target { return true }
         if !pipeline.holdsFullSizeImage(for: request) {
-            guard request.processors.isEmpty, case .success(let response) = phase, case .maxPixelSize(let asked) = size,
+            guard request.processors.isEmpty, let response, case .maxPixelSize(let asked) = size,
                   max(response.image.width, response.image.height) >= asked
             else { return false }
             sized.derivationSource = response.container
@@ -241,7 +244,7 @@ public final class FetchImage {
     private func showCachedImage(for target: DecodeTarget) -> Bool {
         guard var sized = sizedRequest(target), let container = pipeline.cache[sized] else { return false }
         let target = learnNaturalSize(from: container.image, target: target, request: &sized)
-        phase = .success(ImageResponse(container: container, request: sized, cacheType: .memory))
+        show(ImageResponse(container: container, request: sized, cacheType: .memory))
         shownTarget = target
         return true
     }
@@ -287,11 +290,23 @@ public final class FetchImage {
             decodeIfNeeded()
         case .failure(let error):
             if error.code != .cancelled {
-                phase = .failure(error)
+                show(.failure(error))
                 shownTarget = nil
             }
         }
         updateIsLoading()
+    }
+
+    /// Shows `response`'s image.
+    private func show(_ response: ImageResponse) {
+        self.response = response
+        phase = .success(response.image)
+    }
+
+    /// Shows an empty or failed phase.
+    private func show(_ phase: ImagePhase) {
+        response = nil
+        self.phase = phase
     }
 
     private func decodeIfNeeded() {
@@ -357,11 +372,11 @@ public final class FetchImage {
         case .success(let response):
             let target = learnNaturalSize(from: response.image, target: decoding.target, request: &sized)
             shownTarget = target
-            phase = .success(ImageResponse(container: response.container, request: sized, urlResponse: fetched?.response, cacheType: response.cacheType))
+            show(ImageResponse(container: response.container, request: sized, urlResponse: fetched?.response, cacheType: response.cacheType))
             decodeIfNeeded() // the size may have changed meanwhile
         case .failure(let error):
             if error.code != .cancelled {
-                phase = .failure(error)
+                show(.failure(error))
                 shownTarget = nil // nothing shown: the same size may be tried again
             }
         }

@@ -4,15 +4,16 @@ import Foundation
 public enum ImagePhase: Sendable {
     /// Nothing to show yet (not started, loading, or waiting for the display size).
     case empty
-    /// The image, decoded for the current display size.
-    case success(ImageResponse)
+    /// The image, decoded for the current display size (``FetchImage/response`` has the rest
+    /// of the response: cache type, URL response).
+    case success(Bitmap)
     /// Loading failed. Cancellation is never a failure: a cancelled load leaves the phase as
     /// it was.
     case failure(ImagePipeline.Error)
 
     /// The image, in ``success(_:)``.
     public var image: Bitmap? {
-        if case .success(let response) = self { return response.image }
+        if case .success(let image) = self { return image }
         return nil
     }
 

@@ -113,8 +113,8 @@ public struct LumenImage<Content: View>: View {
         switch model.phase {
         case .empty:
             return .empty
-        case .success(let response):
-            guard let cgImage = response.image.makeCGImage() else { return .empty }
+        case .success(let image):
+            guard let cgImage = image.makeCGImage() else { return .empty }
             return .success(Image(decorative: cgImage, scale: scale))
         case .failure(let error):
             return .failure(error)
