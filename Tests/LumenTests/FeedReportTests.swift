@@ -82,4 +82,17 @@ struct FeedReportTests {
             #expect(report.noCoalescingDuplicatesAllURLs >= report.duplicatesEliminated)
         }
     }
+
+    /// The memory rows show where each replay's process started, so the peak splits into the
+    /// runtime's footprint and what the replay added.
+    @Test func theTableShowsTheStartingFootprintAndTheGrowth() {
+        var lumen = run(["/p1": 1]), naive = run(["/p1": 2])
+        (lumen.startRSSBytes, lumen.peakRSSBytes) = (32 << 20, 40 << 20)
+        (naive.startRSSBytes, naive.peakRSSBytes) = (32 << 20, 96 << 20)
+        let table = FeedReport(lumen: lumen, noCoalescing: lumen, naive: naive).table
+        let row = { (name: String) in table.split(separator: "\n").first { $0.hasPrefix(name) }.map(String.init) ?? "" }
+        #expect(row("peak memory (RSS)").hasSuffix("96.0 MB") && row("peak memory (RSS)").contains("40.0 MB"))
+        #expect(row("  resident when the replay began").contains("32.0 MB"))
+        #expect(row("  growth during the replay").contains("8.0 MB") && row("  growth during the replay").hasSuffix("64.0 MB"))
+    }
 }
