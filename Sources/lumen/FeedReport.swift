@@ -73,7 +73,7 @@ struct FeedReport {
             ("shared work cancelled", { "\($0.workCancelled)" }),
             ("peak concurrent downloads", { "\($0.peakClientDownloads) (server: \($0.peakConcurrentRequests))" }),
             ("peak memory (RSS)", { mb($0.peakRSSBytes) }),
-            ("  resident when the replay began", { mb($0.startRSSBytes) }),
+            ("  at the start of the replay", { mb($0.startRSSBytes) }),
             ("  growth during the replay", { mb($0.peakRSSBytes - $0.startRSSBytes) }),
             ("  decoded images cached at end", { mb($0.memoryCacheBytes) }),
             ("CPU time", { String(format: "%.2f s", $0.cpuSeconds) }),

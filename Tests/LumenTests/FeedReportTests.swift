@@ -92,7 +92,7 @@ struct FeedReportTests {
         let table = FeedReport(lumen: lumen, noCoalescing: lumen, naive: naive).table
         let row = { (name: String) in table.split(separator: "\n").first { $0.hasPrefix(name) }.map(String.init) ?? "" }
         #expect(row("peak memory (RSS)").hasSuffix("96.0 MB") && row("peak memory (RSS)").contains("40.0 MB"))
-        #expect(row("  resident when the replay began").contains("32.0 MB"))
+        #expect(row("  at the start of the replay").contains("32.0 MB"))
         #expect(row("  growth during the replay").contains("8.0 MB") && row("  growth during the replay").hasSuffix("64.0 MB"))
     }
 }
