@@ -3,13 +3,10 @@ import Foundation
 extension ImagePipeline {
     /// Whether the memory cache holds the unprocessed full-size image of `request`'s source
     /// (same image ID and credentials), from which a request at a decode size is made by
-    /// resampling (``WorkGraph/derivationSource(for:)``), and `request` may read it. Counts no
-    /// lookup.
+    /// resampling (``WorkGraph/resamplableFullSizeImage(for:)``), and `request` may read it.
+    /// Counts no lookup.
     func holdsFullSizeImage(for request: ImageRequest) -> Bool {
-        var sized = request
-        if sized.thumbnail == nil { sized.thumbnail = .maxPixelSize(1) } // any size: the question is the source
-        sized.derivationSource = nil
-        return graph.derivationSource(for: sized) != nil
+        graph.resamplableFullSizeImage(for: request) != nil
     }
 
     /// The pipeline's cache layers (decoded images in memory, bytes on disk), looked up and

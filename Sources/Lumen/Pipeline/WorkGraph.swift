@@ -204,15 +204,27 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     /// ``ImageDecoders/Default`` (a custom decoder decides its own output: it always runs).
     /// Runs user code (the memory cache): call it without the lock.
     func derivationSource(for request: ImageRequest) -> ImageContainer? {
-        guard request.thumbnail != nil, decoderIsDefault else { return nil }
-        if let source = request.derivationSource { return source.data == nil ? source : nil }
-        // An entry that keeps its encoded bytes (stored by hand: the default decoder keeps
-        // none) is no still image to resample.
-        guard caches.hasImageCache, CacheLayers.readsMemory(request.options),
-              let container = caches.peekImage(for: RequestCacheKeys.fullSizeMemoryKey(request)),
-              !container.isPreview, container.data == nil
+        guard request.thumbnail != nil else { return nil }
+        if let hint = request.derivationSource { return isResamplable(hint) ? hint : nil }
+        return resamplableFullSizeImage(for: request)
+    }
+
+    /// The unprocessed full-size image of `request`'s source (image ID and credentials), when
+    /// the memory cache holds it, `request` may read it and a decode at a size may be made
+    /// from it (``derivationSource(for:)``). Whatever `request`'s own decode size. Runs user
+    /// code (the memory cache): call it without the lock.
+    func resamplableFullSizeImage(for request: ImageRequest) -> ImageContainer? {
+        guard decoderIsDefault, caches.hasImageCache, CacheLayers.readsMemory(request.options),
+              let container = caches.peekImage(for: RequestCacheKeys.fullSizeMemoryKey(request)), isResamplable(container)
         else { return nil }
         return container
+    }
+
+    /// Whether a decode at a size may be made from `container` by resampling: with the default
+    /// decoder, from a final still image. An entry that keeps its encoded bytes (stored by
+    /// hand: the default decoder keeps none) is no still image to resample.
+    private func isResamplable(_ container: ImageContainer) -> Bool {
+        decoderIsDefault && !container.isPreview && container.data == nil
     }
 
     /// Whether `request`'s keys can be made under the lock, from its decode key and its final
