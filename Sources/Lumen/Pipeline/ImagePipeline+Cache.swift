@@ -1,12 +1,11 @@
 import Foundation
 
 extension ImagePipeline {
-    /// Whether the memory cache holds the unprocessed full-size image of `request`'s source
-    /// (same image ID and credentials), from which a request at a decode size is made by
-    /// resampling (``WorkGraph/resamplableFullSizeImage(for:)``), and `request` may read it.
-    /// Counts no lookup.
-    func holdsFullSizeImage(for request: ImageRequest) -> Bool {
-        graph.resamplableFullSizeImage(for: request) != nil
+    /// The unprocessed full-size image of `request`'s source (same image ID and credentials)
+    /// when the memory cache holds it and a request at a decode size may be made from it by
+    /// resampling (``WorkGraph/resamplableFullSizeImage(for:)``). Counts no lookup.
+    func resamplableFullSizeImage(for request: ImageRequest) -> ImageContainer? {
+        graph.resamplableFullSizeImage(for: request)
     }
 
     /// The pipeline's cache layers (decoded images in memory, bytes on disk), looked up and

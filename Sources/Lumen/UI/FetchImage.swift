@@ -27,10 +27,10 @@ import FoundationNetworking
 /// and fetches nothing: an entry at the display size's bucket is shown at once; with the
 /// default decoder, the full-size image (a prefetch of the URL leaves it there) is resampled
 /// to the bucket by the pipeline (``ImagePipeline/Metrics/resampledFromMemory``), so a
-/// prefetched image is downloaded once. A later size change that the image shown covers (a smaller bucket, or anything at or
-/// above the image's natural size) is made from it the same way; only a larger size than any
-/// decode in memory needs the bytes again — from the disk cache when the pipeline has one,
-/// else downloaded.
+/// prefetched image is downloaded once. A later size change that the image shown covers (a
+/// smaller bucket, or anything at or above the image's natural size) is made from it the same
+/// way; only a larger size than any decode in memory needs the bytes again — from the disk
+/// cache when the pipeline has one, else downloaded.
 ///
 /// A request with its own ``ImageRequest/thumbnail``, or a model with
 /// ``decodesAtDisplaySize`` off, decodes as soon as the bytes arrive without waiting for a
@@ -207,18 +207,23 @@ public final class FetchImage {
     private func makeWithoutBytes() -> Bool {
         guard let request, fetched == nil else { return false }
         guard let target = currentTarget() else {
-            return decodesAtDisplaySize && pipeline.holdsFullSizeImage(for: request)
+            return decodesAtDisplaySize && pipeline.resamplableFullSizeImage(for: request) != nil
         }
         guard let size = target.size, var sized = sizedRequest(target) else { return false }
         if decoding?.target == target { return true }
-        if !pipeline.holdsFullSizeImage(for: request) {
-            guard request.processors.isEmpty, let response, case .maxPixelSize(let asked) = size,
-                  max(response.image.width, response.image.height) >= asked
-            else { return false }
-            sized.derivationSource = response.container
-        }
+        guard let source = pipeline.resamplableFullSizeImage(for: request) ?? shownImage(covering: size) else { return false }
+        sized.derivationSource = source
         startDecoding(sized, target: target)
         return true
+    }
+
+    /// The image shown, when a decode at `size` can be made from it: an unprocessed image at
+    /// least as large as a `.maxPixelSize` bucket.
+    private func shownImage(covering size: DecodeSize) -> ImageContainer? {
+        guard request?.processors.isEmpty == true, let response, case .maxPixelSize(let asked) = size,
+              max(response.image.width, response.image.height) >= asked
+        else { return nil }
+        return response.container
     }
 
     /// The decode size wanted now; `nil` while waiting for a display size.
