@@ -16,7 +16,7 @@ enum BenchCommand {
             args = try Arguments(argv, valueOptions: ["iterations", "count", "seed"], flagOptions: ["json", "quick"])
             iterations = try args.int("iterations", range: 1...1000) ?? 5
             count = try args.int("count", range: 1...1_000_000) ?? 10_000
-            seed = try args.int("seed", range: 0...Int.max).map(UInt64.init) ?? FeedTrace.defaultSeed
+            seed = try args.traceSeed()
             for s in args.positionals where !scenarios.contains(s) {
                 throw UsageError("unknown scenario '\(s)' (known: \(scenarios.joined(separator: ", ")))")
             }

@@ -21,7 +21,7 @@ enum DemoCommand {
         let seed: UInt64
         do {
             args = try Arguments(argv, valueOptions: ["output", "seed"], flagOptions: ["quick", "json"])
-            seed = try args.int("seed", range: 0...Int.max).map(UInt64.init) ?? FeedTrace.defaultSeed
+            seed = try args.traceSeed()
             if let extra = args.positionals.first { throw UsageError("unexpected argument '\(extra)'") }
         } catch {
             printError("lumen demo: \(error)\n\(usageText)")

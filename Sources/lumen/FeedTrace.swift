@@ -210,3 +210,11 @@ struct FeedTrace: Sendable {
         Set(cells.map(\.photo)).count + Set(cells.map(\.avatar)).count
     }
 }
+
+extension Arguments {
+    /// `--seed N` (`lumen demo`, `lumen bench feed`): the trace's seed, ``FeedTrace/defaultSeed``
+    /// when not given.
+    func traceSeed() throws -> UInt64 {
+        try int("seed", range: 0...Int.max).map(UInt64.init) ?? FeedTrace.defaultSeed
+    }
+}
