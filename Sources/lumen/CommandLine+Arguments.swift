@@ -117,3 +117,10 @@ func readFile(_ path: String) throws -> Data {
     }
     return data
 }
+
+/// A 30-column text progress bar, `[#####---…] done/total` (full when `total` is 0).
+func progressBar(_ done: Int, of total: Int) -> String {
+    let width = 30
+    let filled = total == 0 ? width : min(width, done * width / total)
+    return "[" + String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled) + "] \(done)/\(total)"
+}

@@ -63,9 +63,7 @@ enum DemoCommand {
         for (i, variant) in FeedVariant.allCases.enumerated() {
             phase(2 + i, "replaying the feed through " + descriptions[variant]!)
             let bar: ((Int, Int) -> Void)? = json || !isStandardOutputTerminal ? nil : { done, total in
-                let width = 30, filled = total == 0 ? width : done * width / total
-                let text = "\r        [" + String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled) + "] \(done)/\(total) steps"
-                FileHandle.standardOutput.write(Data(text.utf8))
+                FileHandle.standardOutput.write(Data(("\r        " + progressBar(done, of: total) + " steps").utf8))
             }
             let stats = try runner.run(variant, sheet: variant == .lumen ? sheet : nil, progress: bar)
             if bar != nil { FileHandle.standardOutput.write(Data("\r\u{1B}[K".utf8)) }

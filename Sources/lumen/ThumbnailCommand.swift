@@ -293,10 +293,7 @@ final class ProgressReporter: Sendable {
     }
 
     private func drawBar(_ count: Int) {
-        let width = 30
-        let filled = count * width / total
-        let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
-        write("\r[\(bar)] \(count)/\(total)")
+        write("\r" + progressBar(count, of: total))
     }
 
     private func write(_ text: String) {
