@@ -16,21 +16,25 @@ enum BenchGraph {
         let result = scenario == "coalesce"
             ? try await PipelineBenchmarks.coalesce(count: count, rounds: rounds)
             : try await PipelineBenchmarks.overhead(count: count, rounds: rounds)
-        let pipelineMicros = result.microsPerRequest
         var object: [String: Any] = [
             "scenario": scenario,
             "requests": result.requests,
             "networkRequests": result.networkRequests,
             "decodes": result.decodes,
-            "microsPerRequest": pipelineMicros,
+            "microsPerRequest": result.microsPerRequest,
         ]
-        if let b = result.baselineMicrosPerRequest {
-            object["baselineMicrosPerRequest"] = b
-            object["overheadMicrosPerRequest"] = pipelineMicros - b
-            object["pipelineOverBaseline"] = pipelineMicros / b
+        // The baseline, and the pipeline's difference from it and ratio to it (all or none).
+        var compared: (baseline: Double, overhead: Double, ratio: Double)?
+        if let b = result.baselineMicrosPerRequest, let o = result.overheadMicrosPerRequest, let r = result.pipelineOverBaseline {
+            compared = (b, o, r)
+        }
+        if let compared {
+            object["baselineMicrosPerRequest"] = compared.baseline
+            object["overheadMicrosPerRequest"] = compared.overhead
+            object["pipelineOverBaseline"] = compared.ratio
             // coalesce: the pipeline's share per joined subscriber (the same difference, under
             // the name it first had).
-            if scenario == "coalesce" { object["pipelineMicrosPerSubscriber"] = pipelineMicros - b }
+            if scenario == "coalesce" { object["pipelineMicrosPerSubscriber"] = compared.overhead }
         }
         if let m = result.bytesPerInFlightRequest { object["bytesPerInFlightRequest"] = Int(m) }
         if json {
@@ -40,21 +44,21 @@ enum BenchGraph {
         switch scenario {
         case "coalesce":
             print("coalesce: \(result.requests) concurrent image(for:) calls for one URL (fake loader, trivial decoder), fastest of \(rounds) rounds")
-            print(String(format: "  pipeline: %.2f µs per joined subscriber, the caller's own task included", pipelineMicros))
-            if let b = result.baselineMicrosPerRequest {
-                print(String(format: "  baseline: the same tasks awaiting one load + decode shared by hand: %.2f µs per caller", b))
-                print(String(format: "  ratio pipeline ÷ baseline: %.2f×", pipelineMicros / b))
-                print(String(format: "  pipeline's share (pipeline − baseline): %.2f µs per joined subscriber (goal ≤ 5 µs)", pipelineMicros - b))
+            print(String(format: "  pipeline: %.2f µs per joined subscriber, the caller's own task included", result.microsPerRequest))
+            if let compared {
+                print(String(format: "  baseline: the same tasks awaiting one load + decode shared by hand: %.2f µs per caller", compared.baseline))
+                print(String(format: "  ratio pipeline ÷ baseline: %.2f×", compared.ratio))
+                print(String(format: "  pipeline's share (pipeline − baseline): %.2f µs per joined subscriber (goal ≤ 5 µs)", compared.overhead))
             }
             print("  network requests: \(result.networkRequests) (must be 1), decodes: \(result.decodes)")
             if let m = result.bytesPerInFlightRequest { print("  memory per in-flight request: \(Int(m)) bytes") }
         default:
             print("overhead: \(result.requests) distinct requests (fake loader, trivial decoder), fastest of \(rounds) rounds")
-            print(String(format: "  pipeline: image(for:) per request: %.2f µs", pipelineMicros))
-            if let b = result.baselineMicrosPerRequest {
-                print(String(format: "  baseline: the same loader + decoder called directly: %.2f µs per request", b))
-                print(String(format: "  ratio pipeline ÷ baseline: %.2f×", pipelineMicros / b))
-                print(String(format: "  pipeline overhead (pipeline − baseline): %.2f µs per request (goal ≤ 25 µs)", pipelineMicros - b))
+            print(String(format: "  pipeline: image(for:) per request: %.2f µs", result.microsPerRequest))
+            if let compared {
+                print(String(format: "  baseline: the same loader + decoder called directly: %.2f µs per request", compared.baseline))
+                print(String(format: "  ratio pipeline ÷ baseline: %.2f×", compared.ratio))
+                print(String(format: "  pipeline overhead (pipeline − baseline): %.2f µs per request (goal ≤ 25 µs)", compared.overhead))
             }
             print("  network requests: \(result.networkRequests), decodes: \(result.decodes)")
         }
