@@ -30,7 +30,8 @@ struct FeedReport {
     }
     /// (b)'s network requests minus (a)'s, on the URLs both fetched.
     var networkDifferenceOnCommonURLs: Int {
-        commonPaths.reduce(0) { $0 + noCoalescing.requestsByPath[$1, default: 0] - lumen.requestsByPath[$1, default: 0] }
+        let common = commonPaths
+        return Self.requests(in: noCoalescing, on: common) - Self.requests(in: lumen, on: common)
     }
     /// The downloads (b) repeated — for a URL it was already downloading or had downloaded —
     /// on the URLs both fetched: what coalescing eliminates.
