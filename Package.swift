@@ -37,8 +37,10 @@ let package = Package(
         .systemLibrary(name: "CGif", pkgConfig: "libgif", providers: [.apt(["libgif-dev"])]),
         .systemLibrary(name: "CLcms2", pkgConfig: "lcms2", providers: [.apt(["liblcms2-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
-        // Small C shim for what Swift cannot call directly (function-like macros).
-        .target(name: "CLumenShim", dependencies: ["CTurboJPEG", "CSpng", "CWebP", "CGif", "CLcms2"]),
+        .systemLibrary(name: "CIsal", pkgConfig: "libisal", providers: [.apt(["libisal-dev"])]),
+        // Small C shim for what Swift cannot call directly (function-like macros), and the
+        // C loops that libraries leave to their callers (PNG rows inflated with ISA-L).
+        .target(name: "CLumenShim", dependencies: ["CTurboJPEG", "CSpng", "CWebP", "CGif", "CLcms2", "CIsal"]),
         // The Linux imaging engine: the only Swift target that imports the C libraries.
         .target(name: "LumenImaging", dependencies: imagingDependencies, swiftSettings: imagingSettings),
         // The pipeline: work graph, caches, loading, prefetching.

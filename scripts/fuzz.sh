@@ -52,7 +52,7 @@ module CLumenShim {
 }
 MAP
     local includes=()
-    for m in CTurboJPEG CSpng CWebP CGif CLcms2; do includes+=(-I "$ROOT/Sources/$m"); done
+    for m in CTurboJPEG CSpng CWebP CGif CLcms2 CIsal; do includes+=(-I "$ROOT/Sources/$m"); done
     local shim_objects=()
     for c in "$ROOT"/Sources/CLumenShim/*.c; do
         local o="$OUT/$(basename "$c" .c).o"
@@ -71,7 +71,7 @@ MAP
         -sanitize=fuzzer,address \
         "${includes[@]}" "${HEIF_FLAGS[@]}" -I "$OUT/shim-module" -I "$OUT" \
         "$ROOT/Fuzz/DecoderFuzzer.swift" "$OUT/LumenImaging.o" "${shim_objects[@]}" \
-        -use-ld=lld -lturbojpeg -lspng -lwebp -lwebpdemux -lwebpmux -lgif -llcms2 "${HEIF_LIBS[@]}" \
+        -use-ld=lld -lturbojpeg -lspng -lisal -lwebp -lwebpdemux -lwebpmux -lgif -llcms2 "${HEIF_LIBS[@]}" \
         -o "$BIN"
     echo "built $BIN"
 }

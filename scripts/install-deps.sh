@@ -7,6 +7,7 @@ packages=(
     pkg-config          # finds the C libraries for SwiftPM's systemLibrary targets
     libturbojpeg0-dev   # libjpeg-turbo, TurboJPEG API: JPEG decode at 1/8..1 scale, encode
     libspng-dev         # libspng: PNG decode/encode
+    libisal-dev         # Intel ISA-L: fast inflate for PNG image data
     libwebp-dev         # libwebp, libwebpdemux, libwebpmux: WebP decode/encode, animation
     libgif-dev          # giflib: GIF decode
     liblcms2-dev        # lcms2: ICC profile conversion to sRGB

@@ -1,7 +1,7 @@
 import CSpng
 
 /// PNG's scaled decode: libspng has no reduced-size output, so a thumbnail of a PNG is made
-/// while the rows stream out of libspng — every `factor` × `factor` block of source pixels is
+/// while the rows stream out (of ISA-L's row reader or of libspng) — every `factor` × `factor` block of source pixels is
 /// averaged into one pixel (premultiplied by alpha when there is alpha, so transparent pixels
 /// lend no colour) and only one source row is ever held. The resampler then takes the reduced
 /// image, at least the size the pre-shrink rule asks for, to the exact size, as it does after
@@ -20,45 +20,60 @@ extension PNGCodec {
         return max(1, min(width / minimum.width, height / minimum.height, maximumReduction))
     }
 
-    /// Decodes the image in `ctx` (header parsed, tRNS set) row by row into a bitmap reduced
-    /// by `factor` on both sides (the last block of a row or column may be narrower).
-    static func decodeReduced(
-        _ ctx: OpaquePointer, width: Int, height: Int, format: PixelFormat, factor k: Int,
+    /// Decodes the image in `ctx` (header parsed, tRNS set) with libspng, row by row, into a
+    /// bitmap reduced by `factor` (see ``decodeReduced(width:height:format:factor:nextRow:)``).
+    static func decodeReducedWithLibspng(
+        _ ctx: OpaquePointer, width: Int, height: Int, format: PixelFormat, factor: Int,
         data: UnsafeRawBufferPointer
     ) throws(ImagingError) -> Bitmap {
         let spngFormat = Int32(format == .rgba8 ? SPNG_FMT_RGBA8.rawValue : SPNG_FMT_RGB8.rawValue)
         let flags = Int32(SPNG_DECODE_TRNS.rawValue) | Int32(SPNG_DECODE_PROGRESSIVE.rawValue)
         try check(spng_decode_image(ctx, nil, 0, spngFormat, flags), data: data)
+        let rowLength = width * format.channels
+        let row = UnsafeMutablePointer<UInt8>.allocate(capacity: rowLength)
+        defer { row.deallocate() }
+        var status: Int32 = 0
+        var y = 0
+        let bitmap = decodeReduced(width: width, height: height, format: format, factor: factor) {
+            status = spng_decode_row(ctx, row, rowLength)
+            y += 1
+            // The call that delivers the last row says so; any other non-zero is an error.
+            if status == Int32(SPNG_EOI.rawValue) && y == height { status = 0 }
+            return status == 0 ? UnsafePointer(row) : nil
+        }
+        try check(status, data: data)
+        guard let bitmap else { throw .corrupted(reason: "libspng ended the image data early") }
+        return bitmap
+    }
 
+    /// The image whose rows `nextRow` gives (top to bottom; `nil` when it cannot), reduced by
+    /// `factor` on both sides (the last block of a row or column may be narrower); `nil` when
+    /// a row was missing.
+    static func decodeReduced(
+        width: Int, height: Int, format: PixelFormat, factor k: Int, nextRow: () -> UnsafePointer<UInt8>?
+    ) -> Bitmap? {
         let channels = format.channels
         let outWidth = (width + k - 1) / k, outHeight = (height + k - 1) / k
-        let rowLength = width * channels
-        let row = UnsafeMutablePointer<UInt8>.allocate(capacity: rowLength)
         // Per output pixel: colour sums (premultiplied with alpha) and, with alpha, the alpha sum.
         let colourSums = UnsafeMutablePointer<UInt32>.allocate(capacity: outWidth * 3)
         let alphaSums = UnsafeMutablePointer<UInt32>.allocate(capacity: outWidth)
-        defer { row.deallocate(); colourSums.deallocate(); alphaSums.deallocate() }
+        defer { colourSums.deallocate(); alphaSums.deallocate() }
 
-        var status: Int32 = 0
+        var complete = true
         let bitmap = Bitmap(width: outWidth, height: outHeight, format: format) { out in
-            var y = 0
             for oy in 0..<outHeight {
                 colourSums.initialize(repeating: 0, count: outWidth * 3)
                 alphaSums.initialize(repeating: 0, count: outWidth)
                 let rows = min(k, height - oy * k)
                 for _ in 0..<rows {
-                    status = spng_decode_row(ctx, row, rowLength)
-                    y += 1
-                    // The call that delivers the last row says so; any other non-zero is an error.
-                    if status == Int32(SPNG_EOI.rawValue) && y == height { status = 0 }
-                    if status != 0 { break }
+                    guard let row = nextRow() else { complete = false; break }
                     if channels == 4 {
                         accumulatePremultiplied(row, width: width, factor: k, colour: colourSums, alpha: alphaSums)
                     } else {
                         accumulate(row, width: width, factor: k, into: colourSums)
                     }
                 }
-                if status != 0 {
+                if !complete {
                     // Fill the rest so the buffer is initialised; the bitmap is discarded.
                     UnsafeMutableBufferPointer(rebasing: out[(oy * outWidth * channels)...]).initialize(repeating: 0)
                     return
@@ -78,8 +93,7 @@ extension PNGCodec {
                 }
             }
         }
-        try check(status, data: data)
-        return bitmap
+        return complete ? bitmap : nil
     }
 
     /// Adds each source pixel of an RGB row to its block's colour sums.

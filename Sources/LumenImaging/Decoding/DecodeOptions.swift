@@ -62,6 +62,9 @@ public struct DecodeOptions: Sendable, Hashable {
     /// Off only for ``ImageDecoder/decodeAtCodecScale(_:options:)`` (TurboJPEG's floor) and
     /// for tests that compare the two.
     var allowsEighthScaleDecoder = true
+    /// Whether a PNG that ISA-L's row reader can read (8-bit, non-interlaced RGB or RGBA) is
+    /// inflated with it instead of libspng's zlib. Off only for tests that compare the two.
+    var allowsFastPNGRows = true
 
     /// Creates options; each parameter sets the property of the same name, and the defaults
     /// are the ones documented there (full size, no upscaling, ``Preshrink/fastest``,
