@@ -40,7 +40,8 @@ lumen_png_rows *lumen_png_rows_open(const uint8_t *png, size_t length, uint32_t 
                                     unsigned bytes_per_pixel) {
     if (png == NULL || length < 8 || width == 0 || height == 0) return NULL;
     if (bytes_per_pixel != 3 && bytes_per_pixel != 4) return NULL;
-    if ((size_t)width > (SIZE_MAX - 8) / bytes_per_pixel) return NULL;
+    // A row (with its filter byte) is inflated in one call, whose output size is 32-bit.
+    if ((uint64_t)width * bytes_per_pixel + 1 > UINT32_MAX) return NULL;
 
     // The IHDR must say what the caller says: that size, 8 bits, truecolour (with alpha for
     // 4 bytes per pixel), not interlaced.
