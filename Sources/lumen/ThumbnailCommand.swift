@@ -20,7 +20,8 @@ import Synchronization
 /// without its extension and query (`image` for `data:` URLs). Names are given in input order
 /// before anything loads: when distinct inputs would share a name, the first keeps it and the
 /// next ones get `<name>-2`, `<name>-3`, … Each plain progress line names the file written
-/// (`done 3/5: <input> -> <file>`); on a terminal, renamed outputs are listed above the bar.
+/// (`done 3/5: <input> -> <file>`); on a terminal, the outputs of inputs that share a name
+/// (the first one and the renamed ones) are listed above the bar.
 enum ThumbnailCommand {
     static let usage = """
         usage: lumen thumbnail <file or URL>... --size N [--fill] --output DIR
@@ -65,8 +66,9 @@ enum ThumbnailCommand {
     struct Plan: Sendable {
         var url: URL
         var destination: String
-        /// Whether the name got a `-2`, `-3`, … suffix because an earlier input took it.
-        var renamed: Bool
+        /// Whether another input's output has the same base name (this one, or the other,
+        /// got a `-2`, `-3`, … suffix): on a terminal such outputs are listed above the bar.
+        var sharesName: Bool
     }
 
     static func parse(_ argv: [String]) throws -> Options? {
@@ -76,6 +78,10 @@ enum ThumbnailCommand {
         if args.flag("help") { return nil }
         guard let size = try args.int("size", range: 1...65_535) else { throw UsageError("--size is required") }
         guard let output = args.string("output") else { throw UsageError("--output is required") }
+        guard !output.isEmpty else { throw UsageError("--output needs a directory, got an empty value") }
+        // An empty --cache would make the current directory the cache's own (its clean-up
+        // removes the files it recognises as its entries there).
+        if args.string("cache")?.isEmpty == true { throw UsageError("--cache needs a directory, got an empty value") }
         guard !args.positionals.isEmpty else { throw UsageError("no inputs") }
         let format = args.string("format") ?? "jpeg"
         guard ["png", "jpeg", "jpg", "webp"].contains(format) else {
@@ -152,6 +158,14 @@ enum ThumbnailCommand {
     static func configuration(for options: Options) -> ImagePipeline.Configuration {
         var configuration = ImagePipeline.Configuration()
         configuration.decodingQueue = WorkQueue(name: "lumen.decode", maxConcurrentCount: options.concurrency, execution: .threads)
+        // --concurrency bounds downloads too: neither the pipeline's network queue nor the
+        // session's per-host connection limit (6 by default) may hold it lower.
+        if options.concurrency > 6 {
+            configuration.dataLoadingQueue = WorkQueue(name: "lumen.data", maxConcurrentCount: options.concurrency, execution: .tasks)
+            let session = DataLoader.defaultConfiguration
+            session.httpMaximumConnectionsPerHost = options.concurrency
+            configuration.dataLoader = DataLoader(configuration: session)
+        }
         if options.usesCache {
             // Downloaded bytes are kept on disk (default `$XDG_CACHE_HOME/lumen/thumbnail`, else
             // `~/.cache/lumen/thumbnail`), so a second run over the same URLs needs no network.
@@ -197,15 +211,26 @@ enum ThumbnailCommand {
                     name = "\(base)-\(suffix)"
                 }
                 let destination = (output as NSString).appendingPathComponent("\(name).\(format)")
-                return Plan(url: url, destination: destination, renamed: suffix > 1)
+                return Plan(url: url, destination: destination, sharesName: false)
             }
             jobs.append(Job(input: input, plan: plan))
+        }
+        // Mark every member of a group of outputs that share a base name, the first included.
+        var nameCounts: [String: Int] = [:]
+        for job in jobs { if let url = try? job.plan.get().url { nameCounts[outputName(for: url), default: 0] += 1 } }
+        for index in jobs.indices {
+            if case .success(var plan) = jobs[index].plan, nameCounts[outputName(for: plan.url), default: 0] > 1 {
+                plan.sharesName = true
+                jobs[index].plan = .success(plan)
+            }
         }
         return jobs
     }
 
     /// The URL an input names: `http(s):`, `file:` and `data:` URLs (scheme in any case) with
-    /// the scheme lowercased and without their fragment; another `scheme://…` is an error;
+    /// the scheme and an http(s) host lowercased (both are case-insensitive, so
+    /// `HTTP://Example.COM/a.jpg` is `http://example.com/a.jpg`: one download, one cache entry)
+    /// and without their fragment; another `scheme://…` is an error;
     /// anything else a file path. File URLs are standardized, so `a.jpg`, `./a.jpg` and
     /// `file:///…/a.jpg` are one input.
     static func url(for input: String) throws(InputError) -> URL {
@@ -217,8 +242,14 @@ enum ThumbnailCommand {
             guard rest.hasPrefix("//") else { return URL(fileURLWithPath: input).standardizedFileURL }
             throw InputError(description: "unsupported URL scheme '\(scheme)' (http, https, file or data)")
         }
-        guard let url = URL(string: scheme + ":" + rest.prefix { $0 != "#" }) else {
+        guard var url = URL(string: scheme + ":" + rest.prefix { $0 != "#" }) else {
             throw InputError(description: "invalid URL")
+        }
+        if scheme == "http" || scheme == "https",
+           var components = URLComponents(url: url, resolvingAgainstBaseURL: false),
+           let host = components.percentEncodedHost, host != host.lowercased() {
+            components.percentEncodedHost = host.lowercased()
+            url = components.url ?? url
         }
         return url.isFileURL ? url.standardizedFileURL : url
     }
@@ -272,7 +303,7 @@ final class ProgressReporter: Sendable {
                 if let error {
                     write("\r\u{1B}[K")
                     printError("\(job.input): \(error)")
-                } else if let plan, plan.renamed {
+                } else if let plan, plan.sharesName {
                     write("\r\u{1B}[K\(job.input) -> \(plan.destination)\n")
                 }
                 drawBar(count)

@@ -112,6 +112,83 @@ extension ThumbnailCommandTests {
             #expect(!alone.standardError.contains("No file"), "\(alone.standardError)")
         }
 
+        @Test func hostNamesAreCaseInsensitive() async throws {
+            let server = try LoopbackServer()
+            defer { server.stop() }
+            server.serve(path: "/a.jpg", data: try corpusData("hopper.jpg"), contentType: "image/jpeg")
+            let output = try ThumbnailCommandTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: output) }
+            let port = try #require(server.baseURL.port)
+            let inputs = ["http://localhost:\(port)/a.jpg", "http://LocalHost:\(port)/a.jpg", "HTTP://LOCALHOST:\(port)/a.jpg#x"]
+            let cache = output.appendingPathComponent("cache").path
+            let first = try await Executables.run("lumen", ["thumbnail"] + inputs + ["--size", "32", "--output", output.path, "--cache", cache])
+            #expect(first.status == 0, "\(first.standardError)")
+            #expect(try summary(first.standardOutput) == Summary(done: 3, failed: 0, networkRequests: 1, cacheHits: 0))
+            #expect(try FileManager.default.contentsOfDirectory(atPath: output.path).filter { $0.hasSuffix(".jpeg") } == ["a.jpeg"])
+            // The disk cache entry the first spelling stored answers another one.
+            let second = try await Executables.run("lumen", ["thumbnail", inputs[1], "--size", "32", "--output", output.path, "--cache", cache])
+            #expect(try summary(second.standardOutput) == Summary(done: 1, failed: 0, networkRequests: 0, cacheHits: 1))
+            #expect(server.requestCount(for: "/a.jpg") == 1)
+        }
+
+        @Test func emptyDirectoriesAreUsageErrorsAndNetworkFailuresReadAsSentences() async throws {
+            let output = try ThumbnailCommandTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: output) }
+            for flags in [["--cache", ""], ["--output", ""]] {
+                var arguments = ["thumbnail", "x.jpg", "--size", "32", "--output", output.path] + flags
+                if flags[0] == "--output" { arguments.removeSubrange(4...5) }
+                let outcome = try await Executables.run("lumen", arguments)
+                #expect(outcome.status == 2, "\(flags): \(outcome.standardError)")
+                #expect(outcome.standardError.contains("needs a directory"), "\(outcome.standardError)")
+            }
+            // Nothing listens on port 1: the failure says so, without an NSError dump.
+            let refused = try await Executables.run("lumen", ["thumbnail", "http://127.0.0.1:1/a.jpg", "--size", "32", "--output", output.path, "--no-cache"])
+            #expect(refused.status == 1)
+            #expect(refused.standardError.contains("cannot connect to host"), "\(refused.standardError)")
+            #expect(!refused.standardError.contains("Error Domain="), "\(refused.standardError)")
+        }
+
+        /// Above the session's default 6 connections per host: every download of an 8-wide
+        /// run is in flight at once (the server holds each until all 8 have arrived).
+        @Test func concurrencyAboveSixReachesTheServer() async throws {
+            let server = try LoopbackServer()
+            defer { server.stop() }
+            let jpeg = try corpusData("hopper.jpg")
+            let paths = (0..<8).map { "/p\($0).jpg" }
+            for path in paths {
+                server.serve(path: path, data: jpeg, contentType: "image/jpeg")
+                server.hold(path)
+            }
+            let output = try ThumbnailCommandTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: output) }
+            let run = Task {
+                try await Executables.run("lumen", ["thumbnail"] + paths.map { server.url(for: $0).absoluteString }
+                                          + ["--size", "16", "--output", output.path, "--no-cache", "--concurrency", "8"])
+            }
+            try await server.waitUntil { $0.heldRequests == paths.count }
+            server.releaseAll()
+            let outcome = try await run.value
+            #expect(outcome.status == 0, "\(outcome.standardError)")
+            #expect(try summary(outcome.standardOutput) == Summary(done: 8, failed: 0, networkRequests: 8, cacheHits: 0))
+        }
+
+        @Test func onATerminalEveryOutputOfASharedNameIsListed() async throws {
+            let server = try LoopbackServer()
+            defer { server.stop() }
+            server.serve(path: "/a.jpg", data: try corpusData("hopper.jpg"), contentType: "image/jpeg")
+            server.serve(path: "/b.jpg", data: try corpusData("hopper.jpg"), contentType: "image/jpeg")
+            let output = try ThumbnailCommandTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: output) }
+            let a = server.url(for: "/a.jpg").absoluteString, b = server.url(for: "/b.jpg").absoluteString
+            let inputs = [a + "?q=1", b, a + "?q=2"]
+            let (status, text) = try await runOnTerminal(["thumbnail"] + inputs + ["--size", "32", "--output", output.path, "--no-cache", "--concurrency", "1"])
+            #expect(status == 0)
+            #expect(text.contains("\(inputs[0]) -> \(output.appendingPathComponent("a.jpeg").path)\n"), "\(text.debugDescription)")
+            #expect(text.contains("\(inputs[2]) -> \(output.appendingPathComponent("a-2.jpeg").path)\n"), "\(text.debugDescription)")
+            // An output whose name nobody else wanted stays off the screen: the bar says it.
+            #expect(!text.contains("\(b) ->"), "\(text.debugDescription)")
+        }
+
         @Test func onATerminalFailuresClearTheBarWhichShowsFromTheStart() async throws {
             let server = try LoopbackServer()
             defer { server.stop() }

@@ -215,8 +215,10 @@ public final class DataLoader: DataLoading, Sendable {
             throw CancellationError()
         } catch let error as URLError where error.code == .unknown || error.code == .networkConnectionLost {
             // libcurl reports a connection closed before `Content-Length` bytes as an
-            // unknown error: name it.
-            if let response, response.expectedContentLength > received {
+            // unknown error: name it. (Not for a content-encoded body: its length is not
+            // comparable, and the same error then means the encoding could not be undone,
+            // which libcurl's message says.)
+            if let response, response.expectedContentLength > received, !Self.isContentEncoded(response) {
                 throw Error.incompleteBody(expected: response.expectedContentLength, received: received)
             }
             throw error
@@ -230,14 +232,18 @@ public final class DataLoader: DataLoading, Sendable {
     private static func checkComplete(_ response: URLResponse, received: Int64, request: URLRequest) throws {
         let expected = response.expectedContentLength
         guard expected > 0, received != expected, request.httpMethod?.uppercased() != "HEAD" else { return }
-        if let http = response as? HTTPURLResponse {
-            if http.statusCode == 304 || http.statusCode == 204 { return }
-            if let encoding = http.value(forHTTPHeaderField: "Content-Encoding"),
-               encoding.lowercased() != "identity" { return }
-        }
+        if let http = response as? HTTPURLResponse, http.statusCode == 304 || http.statusCode == 204 { return }
+        if isContentEncoded(response) { return }
         if received < expected {
             throw Error.incompleteBody(expected: expected, received: received)
         }
+    }
+
+    /// Whether the body was sent content-encoded (gzip, …), so that its length on the wire is
+    /// not the length of the bytes delivered.
+    private static func isContentEncoded(_ response: URLResponse) -> Bool {
+        guard let encoding = (response as? HTTPURLResponse)?.value(forHTTPHeaderField: "Content-Encoding") else { return false }
+        return encoding.lowercased() != "identity"
     }
 }
 

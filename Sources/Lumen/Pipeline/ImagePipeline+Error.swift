@@ -106,7 +106,7 @@ extension ImagePipeline {
             switch code {
             case .dataLoadingFailed:
                 if let statusCode { return "dataLoadingFailed(status \(statusCode))" }
-                return "dataLoadingFailed(\(underlyingError.map { "\($0)" } ?? "unknown"))"
+                return "dataLoadingFailed(\(underlyingError.map(Self.describe) ?? "unknown"))"
             case .dataTooLarge: return "dataTooLarge(limit: \(limit ?? 0), byteCount: \(byteCount ?? 0))"
             case .decodingFailed: return "decodingFailed(\(underlyingError.map { "\($0)" } ?? "unknown"))"
             case .processingFailed:
@@ -114,6 +114,34 @@ extension ImagePipeline {
             default: return code.description
             }
         }
+
+        /// `error` in one line: a `URLError` by its code's meaning (e.g. `URL error -1001, timed
+        /// out`) and libcurl's message when there is one, instead of the `NSError` dump;
+        /// anything else as it describes itself.
+        static func describe(_ error: any Swift.Error) -> String {
+            guard let urlError = error as? URLError else { return "\(error)" }
+            let meaning = urlErrorMeanings[urlError.code.rawValue] ?? "failed"
+            var text = "URL error \(urlError.code.rawValue), \(meaning)"
+            if let message = (urlError as NSError).userInfo[NSLocalizedDescriptionKey] as? String,
+               !message.isEmpty, message != "(null)" {
+                text += ": " + message
+            }
+            return text
+        }
+
+        private static let urlErrorMeanings: [Int: String] = [
+            NSURLErrorUnknown: "unknown error", NSURLErrorCancelled: "cancelled", NSURLErrorBadURL: "bad URL",
+            NSURLErrorTimedOut: "timed out", NSURLErrorUnsupportedURL: "unsupported URL",
+            NSURLErrorCannotFindHost: "cannot find host", NSURLErrorCannotConnectToHost: "cannot connect to host",
+            NSURLErrorNetworkConnectionLost: "network connection lost", NSURLErrorDNSLookupFailed: "DNS lookup failed",
+            NSURLErrorHTTPTooManyRedirects: "too many redirects", NSURLErrorResourceUnavailable: "resource unavailable",
+            NSURLErrorNotConnectedToInternet: "not connected to the internet", NSURLErrorBadServerResponse: "bad server response",
+            NSURLErrorZeroByteResource: "zero-byte resource", NSURLErrorCannotDecodeRawData: "cannot decode raw data",
+            NSURLErrorCannotDecodeContentData: "cannot decode content data (Content-Encoding)",
+            NSURLErrorCannotParseResponse: "cannot parse response", NSURLErrorSecureConnectionFailed: "secure connection failed",
+            NSURLErrorServerCertificateUntrusted: "server certificate untrusted",
+            NSURLErrorDataLengthExceedsMaximum: "data length exceeds maximum",
+        ]
 
         /// Matches an error by code, so that `case ImagePipeline.Error.cancelled` works in
         /// `catch` clauses and `switch`es.
