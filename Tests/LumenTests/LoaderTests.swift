@@ -195,6 +195,19 @@ struct LoaderTests {
         #expect(sink.data == body.prefix(sink.data.count))
     }
 
+    /// A body declared gzip that is not: libcurl cannot undo the encoding, and that is what
+    /// the error says — not "incomplete body" (the wire length is not the decoded length).
+    @Test func undecodableContentEncodingIsNotCalledAnIncompleteBody() async throws {
+        server.serve(path: "/z", data: Self.bytes(count: 5_000, seed: 7), headers: ["Content-Encoding": "gzip"])
+        let sink = ChunkSink()
+        let error = await #expect(throws: (any Error).self) {
+            try await loader.loadData(for: URLRequest(url: server.url(for: "/z")), didReceive: sink.append)
+        }
+        #expect(error is URLError, "\(String(describing: error))")
+        let description = ImagePipeline.Error.dataLoadingFailed(try #require(error)).description
+        #expect(description.contains("URL error") && !description.contains("Error Domain="), "\(description)")
+    }
+
     @Test func chunkedBodyOfUnknownLength() async throws {
         let body = Self.bytes(count: 700_000, seed: 6)
         server.serve(path: "/c", data: body, contentType: "image/png")
