@@ -23,6 +23,10 @@ import Synchronization
 /// - Errors: transport failures are rethrown as `URLError`; a body cut short of its
 ///   `Content-Length` (the connection closed early) throws `.incompleteBody`; local URLs throw `.fileNotFound`,
 ///   `.fileUnreadable` or `.invalidDataURL`.
+/// - Linux: FoundationNetworking keeps a socket's write-readiness source after libcurl asks
+///   only to read, so a transfer waiting on a slow server busy-polls a core while it waits
+///   (any `URLSession` task does). Plug another client in through ``DataLoading`` if that
+///   matters for your servers.
 /// - Caching: `defaultConfiguration` has no `URLCache`: Lumen caches original bytes in its
 ///   own `DataCache` (with HTTP revalidation), so bytes are never cached twice and 304s
 ///   reach the cache layer. Set `urlCache` on your configuration to use URLSession's cache
