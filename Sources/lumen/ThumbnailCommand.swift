@@ -146,6 +146,9 @@ enum ThumbnailCommand {
             while await group.next() != nil { startNext() }
         }
         progress.close()
+        // Downloaded bytes are written to the disk cache in the background: finish before
+        // exiting, so that the next run finds them.
+        if let dataCache = pipeline.configuration.dataCache as? DataCache { await dataCache.flush() }
         let counts = progress.counts
         let metrics = pipeline.metrics
         print(String(
@@ -270,7 +273,13 @@ enum ThumbnailCommand {
     }
 
     static func thumbnail(_ plan: Plan, pipeline: ImagePipeline, size: DecodeSize, encoding: EncodingFormat) async throws {
-        let response = try await pipeline.image(for: ImageRequest(url: plan.url, thumbnail: size))
+        var request = ImageRequest(url: plan.url, thumbnail: size)
+        if case .size(let width, let height, .aspectFill) = size {
+            // Fill means exactly N×N: an image smaller than that on a side (which the decode
+            // never enlarges) is scaled up and cropped by a processor; a no-op otherwise.
+            request.processors = [ImageProcessors.Resize(size: (width, height), contentMode: .aspectFill, crop: true, upscale: true)]
+        }
+        let response = try await pipeline.image(for: request)
         let encoded = try response.image.encode(as: encoding)
         try encoded.write(to: URL(fileURLWithPath: plan.destination), options: .atomic)
     }

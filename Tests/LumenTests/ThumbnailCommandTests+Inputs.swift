@@ -172,6 +172,33 @@ extension ThumbnailCommandTests {
             #expect(try summary(outcome.standardOutput) == Summary(done: 8, failed: 0, networkRequests: 8, cacheHits: 0))
         }
 
+        /// `--fill` is exactly N×N even when the image is smaller than N on a side (the decode
+        /// never enlarges; the command scales up and crops what falls short).
+        @Test func fillIsExactlyNByNForSmallImages() async throws {
+            let output = try ThumbnailCommandTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: output) }
+            let strip = Bitmap(width: 300, height: 40, format: .rgb8) { out in
+                for i in 0..<(300 * 40) { out[i * 3] = UInt8(i % 300 * 255 / 299); out[i * 3 + 1] = 90; out[i * 3 + 2] = 30 }
+            }
+            let stripFile = output.appendingPathComponent("strip.png")
+            try strip.encode(as: .png).write(to: stripFile)
+            let small = ThumbnailCommandTests.corpus.appendingPathComponent("real-world/hopper.jpg").path
+            let thumbs = output.appendingPathComponent("thumbs")
+            let outcome = try await Executables.run("lumen", ["thumbnail", stripFile.path, small, "--size", "256", "--fill",
+                                                              "--format", "png", "--output", thumbs.path, "--no-cache"])
+            #expect(outcome.status == 0, "\(outcome.standardError)")
+            for name in ["strip.png", "hopper.png"] {
+                let info = try ImageDecoder.info(for: Data(contentsOf: thumbs.appendingPathComponent(name)))
+                #expect(info.width == 256 && info.height == 256, "\(name): \(info.width)x\(info.height)")
+            }
+            // Without --fill the longest side stays at most N and nothing is enlarged.
+            let fit = try await Executables.run("lumen", ["thumbnail", stripFile.path, "--size", "256", "--format", "png",
+                                                          "--output", output.appendingPathComponent("fit").path, "--no-cache"])
+            #expect(fit.status == 0)
+            let fitted = try ImageDecoder.info(for: Data(contentsOf: output.appendingPathComponent("fit/strip.png")))
+            #expect(fitted.width == 256 && fitted.height == 34, "\(fitted.width)x\(fitted.height)")
+        }
+
         @Test func onATerminalEveryOutputOfASharedNameIsListed() async throws {
             let server = try LoopbackServer()
             defer { server.stop() }

@@ -44,7 +44,9 @@ enum JPEGCodec: ImageCodec {
         if let cached = header.jpeg { parsed = cached } else { parsed = try ParsedHeader(data, options: options) }
         let markers = parsed.markers
         let info = (width: parsed.width, height: parsed.height, colorspace: parsed.colorspace)
-        let (width, height) = scaledSize(width: info.width, height: info.height, minimum: minimumSize)
+        let (width, height, factor) = scaling(width: info.width, height: info.height, minimum: minimumSize)
+        // A side that is not a multiple of the scale's block ends in a partial pixel.
+        let extent = factor < 1 ? (width: Double(info.width) * factor, height: Double(info.height) * factor) : nil
         let isCMYK = info.colorspace == Int32(TJCS_CMYK.rawValue) || info.colorspace == Int32(TJCS_YCCK.rawValue)
         // TurboJPEG 2.1's own scan limit (500) backs up the marker walk when it is stricter.
         var flags = TJFLAG_ACCURATEDCT
@@ -56,7 +58,7 @@ enum JPEGCodec: ImageCodec {
             if let profile {
                 bitmap = profile.withUnsafeBytes { ColorProfile.convertToSRGB(bitmap, profile: $0) }
             }
-            return CodecOutput(bitmap: bitmap)
+            return CodecOutput(bitmap: bitmap, extent: extent)
         }
         // Data cut inside a marker segment (a table or a scan header after the last whole
         // scan): libjpeg would warn about the early end and then fail on the segment it cannot
@@ -109,7 +111,7 @@ enum JPEGCodec: ImageCodec {
         // data (extraneous bytes, a damaged block) still gives the image.
         let isCut = markers.isTruncated && (outcome == .warning || closedCopy != nil)
         if isCut && !markers.isProgressive { throw .truncated }
-        return CodecOutput(bitmap: bitmap, isPartial: isCut)
+        return CodecOutput(bitmap: bitmap, isPartial: isCut, extent: extent)
     }
 
     /// A 1/8-scale decode of a clean baseline JPEG by Lumen's own DC decoder
@@ -141,17 +143,23 @@ enum JPEGCodec: ImageCodec {
     /// The smallest TurboJPEG scale (at most 1/1) whose output covers `minimum` on both sides;
     /// full size when `minimum` is `nil`. Sizes follow `TJSCALED`: ceil(dimension × num / denom).
     static func scaledSize(width: Int, height: Int, minimum: PixelSize?) -> (width: Int, height: Int) {
-        guard let minimum else { return (width, height) }
+        let scaled = scaling(width: width, height: height, minimum: minimum)
+        return (scaled.width, scaled.height)
+    }
+
+    /// ``scaledSize(width:height:minimum:)`` with the factor it applies (1 for full size).
+    static func scaling(width: Int, height: Int, minimum: PixelSize?) -> (width: Int, height: Int, factor: Double) {
+        guard let minimum else { return (width, height, 1) }
         var count: Int32 = 0
-        guard let factors = tjGetScalingFactors(&count), count > 0 else { return (width, height) }
-        var best = (width: width, height: height)
+        guard let factors = tjGetScalingFactors(&count), count > 0 else { return (width, height, 1) }
+        var best = (width: width, height: height, factor: 1.0)
         for i in 0..<Int(count) {
             let num = Int(factors[i].num), denom = Int(factors[i].denom)
             guard num > 0, denom > 0, num <= denom else { continue }
             let w = (width * num + denom - 1) / denom
             let h = (height * num + denom - 1) / denom
             if w >= minimum.width, h >= minimum.height, w * h < best.width * best.height {
-                best = (w, h)
+                best = (w, h, Double(num) / Double(denom))
             }
         }
         return best

@@ -62,11 +62,11 @@ enum PNGCodec: ImageCodec {
                     if let reduced = decodeReduced(width: info.width, height: info.height, format: format, factor: factor,
                                                    nextRow: { lumen_png_rows_next(rows) }),
                        lumen_png_rows_finish(rows) == 0 {
-                        return try finishDecode(ctx, reduced, options: options, data: data)
+                        return try finishDecode(ctx, reduced, options: options, data: data, reduction: factor)
                     }
                 }
                 let reduced = try decodeReducedWithLibspng(ctx, width: info.width, height: info.height, format: format, factor: factor, data: data)
-                return try finishDecode(ctx, reduced, options: options, data: data)
+                return try finishDecode(ctx, reduced, options: options, data: data, reduction: factor)
             }
             let spngFormat = Int32(format == .rgba8 ? SPNG_FMT_RGBA8.rawValue : SPNG_FMT_RGB8.rawValue)
             var length = 0
@@ -122,8 +122,10 @@ enum PNGCodec: ImageCodec {
 
     /// After the image data: reads what follows it (checks the last IDAT's CRC and the
     /// trailing chunks), then converts an `iCCP` profile to sRGB when asked.
+    /// `reduction`: the block factor of a reduced decode, whose last (partial) block stands for
+    /// fewer pixels than the others (see ``CodecOutput/extent``).
     private static func finishDecode(
-        _ ctx: OpaquePointer, _ decoded: Bitmap, options: DecodeOptions, data: UnsafeRawBufferPointer
+        _ ctx: OpaquePointer, _ decoded: Bitmap, options: DecodeOptions, data: UnsafeRawBufferPointer, reduction: Int = 1
     ) throws(ImagingError) -> CodecOutput {
         let trailing = spng_decode_chunks(ctx)
         if trailing != 0 && !isEndOfData(trailing) {
@@ -136,7 +138,10 @@ enum PNGCodec: ImageCodec {
                 bitmap = ColorProfile.convertToSRGB(bitmap, profile: UnsafeRawBufferPointer(start: profile, count: iccp.profile_len))
             }
         }
-        return CodecOutput(bitmap: bitmap)
+        var ihdr = spng_ihdr()
+        let extent = reduction > 1 && spng_get_ihdr(ctx, &ihdr) == 0
+            ? (width: Double(ihdr.width) / Double(reduction), height: Double(ihdr.height) / Double(reduction)) : nil
+        return CodecOutput(bitmap: bitmap, extent: extent)
     }
 
     /// Resets the count behind ``libspngPeakBytes`` for the calling thread.

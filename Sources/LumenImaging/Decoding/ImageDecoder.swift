@@ -94,7 +94,8 @@ public enum ImageDecoder {
                 bytes, header: header, minimumSize: geometry.minimumCodecSize, options: options)
             let codecWidth = output.bitmap.width, codecHeight = output.bitmap.height
             var isResampled = false
-            let bitmap = geometry.finish(output.bitmap, orientation: options.appliesOrientation ? header.orientation : .up, resampled: &isResampled)
+            let bitmap = geometry.finish(output.bitmap, extent: output.extent,
+                                         orientation: options.appliesOrientation ? header.orientation : .up, resampled: &isResampled)
             return DecodedImage(
                 bitmap: bitmap, isPartial: output.isPartial,
                 statistics: DecodeStatistics(
@@ -281,7 +282,10 @@ struct Geometry {
     /// The centre crop is taken while resampling: only the stored-orientation window that
     /// becomes the upright crop is built, so an aspect fill never allocates the full scaled
     /// image (which, upscaling a hostile 1×4000 strip into a square, would be millions of rows).
-    func finish(_ bitmap: Bitmap, orientation: ImageOrientation, resampled: inout Bool) -> Bitmap {
+    /// `extent` is the whole image's size in `bitmap`'s pixels when a reduced decode's edge
+    /// pixels cover less than the others (``CodecOutput/extent``), stored orientation.
+    func finish(_ bitmap: Bitmap, extent: (width: Double, height: Double)? = nil, orientation: ImageOrientation,
+                resampled: inout Bool) -> Bitmap {
         let swaps = orientation.swapsDimensions
         let tw = swaps ? scaledHeight : scaledWidth
         let th = swaps ? scaledWidth : scaledHeight
@@ -301,7 +305,7 @@ struct Geometry {
         if mirrorsY { rows = (th - rows.upperBound)..<(th - rows.lowerBound) }
         var image = bitmap
         if image.width != tw || image.height != th {
-            image = Resampler.resample(image, width: tw, height: th, columns: columns, rows: rows)
+            image = Resampler.resample(image, width: tw, height: th, columns: columns, rows: rows, extent: extent)
             resampled = true
         } else if columns.count < image.width || rows.count < image.height {
             image = image.cropped(x: columns.lowerBound, y: rows.lowerBound, width: columns.count, height: rows.count)
@@ -342,6 +346,12 @@ struct CodecOutput: Sendable {
     var bitmap: Bitmap
     /// Incomplete data, recovered preview.
     var isPartial: Bool = false
+    /// The whole image's size measured in output pixels, when a reduced decode's last row or
+    /// column of pixels covers less of the image than the others (a block reduction or DCT
+    /// scaling of a side that is not a multiple of the factor: 1 001 px at 1/8 is 125.125
+    /// output pixels, stored as 126). The resampler maps the target onto this extent, so the
+    /// partial edge pixel does not stretch the image. `nil`: the bitmap's own size.
+    var extent: (width: Double, height: Double)? = nil
 }
 
 /// One format's decoder. Implementations are stateless; every call creates and destroys its

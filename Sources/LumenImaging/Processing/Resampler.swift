@@ -74,8 +74,13 @@ public enum Resampler {
     /// result. A centre crop after an aspect-fill upscale of a very thin image (1×4000 filled
     /// into 256×256 scales to 256×1 024 000) would otherwise allocate the whole strip.
     /// - Precondition: the window lies inside `width`×`height` and is not empty.
+    ///
+    /// `extent`, when given, is the size of the picture in `image`'s pixels when its last
+    /// column or row covers only part of a pixel's width (a reduced decode of a side that is
+    /// not a multiple of the reduction): the output spans that extent, not the whole pixel grid.
     static func resample(
-        _ image: Bitmap, width: Int, height: Int, columns: Range<Int>, rows: Range<Int>, filter: Filter = .lanczos3
+        _ image: Bitmap, width: Int, height: Int, columns: Range<Int>, rows: Range<Int>, filter: Filter = .lanczos3,
+        extent: (width: Double, height: Double)? = nil
     ) -> Bitmap {
         precondition(
             !columns.isEmpty && !rows.isEmpty && columns.lowerBound >= 0 && rows.lowerBound >= 0
@@ -84,9 +89,13 @@ public enum Resampler {
         if width == image.width && height == image.height {
             return image.cropped(x: columns.lowerBound, y: rows.lowerBound, width: columns.count, height: rows.count)
         }
+        let original = image
         let image = boundingTaps(image, width: width, height: height, outputs: (columns.count, rows.count), filter: filter)
-        let horizontal = FilterWeights(resampling: image.width, to: width, outputs: columns, filter: filter)
-        let vertical = FilterWeights(resampling: image.height, to: height, outputs: rows, filter: filter)
+        // A box reduction for extreme ratios rescales the extent with the grid.
+        let extentWidth = extent.map { $0.width * Double(image.width) / Double(original.width) }
+        let extentHeight = extent.map { $0.height * Double(image.height) / Double(original.height) }
+        let horizontal = FilterWeights(resampling: image.width, to: width, extent: extentWidth, outputs: columns, filter: filter)
+        let vertical = FilterWeights(resampling: image.height, to: height, extent: extentHeight, outputs: rows, filter: filter)
         return convolve(image, horizontal: horizontal, vertical: vertical)
     }
 
@@ -330,9 +339,12 @@ struct FilterWeights: Sendable {
     /// `(i + 0.5) × source / destination`, and the filter is stretched by the reduction
     /// factor when downscaling.
     /// With `outputs`, only those outputs of the `destination`-sample result are built (output
-    /// `k` of the table is output `outputs.lowerBound + k` of the full resampling).
-    init(resampling source: Int, to destination: Int, outputs: Range<Int>? = nil, filter: Resampler.Filter) {
-        let scale = Double(destination) / Double(source)
+    /// `k` of the table is output `outputs.lowerBound + k` of the full resampling). With
+    /// `extent` (at most `source`, more than `source − 1`), the destination spans that many
+    /// source samples instead of all of them: the last sample covers only part of its width.
+    init(resampling source: Int, to destination: Int, extent: Double? = nil, outputs: Range<Int>? = nil, filter: Resampler.Filter) {
+        let span = max(extent.map { min(max($0, Double(source) - 1), Double(source)) } ?? Double(source), 1e-6)
+        let scale = Double(destination) / span
         let filterScale = min(scale, 1)
         let support = filter.support / filterScale
         let outputs = outputs ?? 0..<destination
