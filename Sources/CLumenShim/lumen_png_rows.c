@@ -20,7 +20,6 @@
 struct lumen_png_rows {
     struct inflate_state inflate;
     const uint8_t *png;
-    size_t length;
     size_t next_chunk;  // offset of the chunk after the IDAT being read
     size_t idat_end;    // offset just past the last IDAT chunk
     size_t row_bytes;   // width × bytes per pixel (without the filter byte)
@@ -94,7 +93,6 @@ lumen_png_rows *lumen_png_rows_open(const uint8_t *png, size_t length, uint32_t 
     r->inflate.next_in = (uint8_t *)(png + first_idat + 8);
     r->inflate.avail_in = first_size;
     r->png = png;
-    r->length = length;
     r->next_chunk = first_idat + 12 + first_size;
     r->idat_end = at;
     r->row_bytes = row_bytes;
