@@ -208,6 +208,34 @@ struct LoaderTests {
         #expect(description.contains("URL error") && !description.contains("Error Domain="), "\(description)")
     }
 
+    /// Once `loadData` has thrown `CancellationError`, the transfer is over: releasing the
+    /// paused server meets a closed connection, never a client that reads the whole body.
+    /// (FoundationNetworking stops a cancelled transfer asynchronously; without waiting for
+    /// the session's "done", about one cancellation in a hundred let the body stream in.)
+    @Test(arguments: 0..<24)
+    func aCancelledLoadsTransferNeverOutlivesTheCall(round: Int) async throws {
+        let size = 8 << 20
+        server.serve(path: "/big", data: Data(repeating: 7, count: size))
+        server.holdBody("/big", after: 4096)
+        let received = Atomic<Int>(0)
+        let load = Task { [loader, server] in
+            try await loader.loadData(for: URLRequest(url: server.url(for: "/big"))) { data, _ in
+                received.add(data.count, ordering: .relaxed)
+            }
+        }
+        try await server.waitUntil { $0.pausedBodies == 1 }
+        // Odd rounds cancel at once; even ones once the first chunk arrived (polling by
+        // yielding: a busy pool is what widens FoundationNetworking's window).
+        if round % 2 == 0 { while received.load(ordering: .relaxed) < 4096 { await Task.yield() } }
+        load.cancel()
+        await #expect(throws: CancellationError.self) { try await load.value }
+        server.release("/big")
+        try await server.waitUntil { $0.clientDisconnects == 1 || $0.inFlightRequests == 0 }
+        let statistics = server.statistics
+        #expect(statistics.clientDisconnects == 1, "\(statistics)")
+        #expect(statistics.bodyBytesSent < size)
+    }
+
     @Test func chunkedBodyOfUnknownLength() async throws {
         let body = Self.bytes(count: 700_000, seed: 6)
         server.serve(path: "/c", data: body, contentType: "image/png")

@@ -15,7 +15,10 @@ import Synchronization
 ///
 /// - Cancellation: cancelling the Swift task that awaits `loadData(for:didReceive:)` cancels
 ///   the `URLSessionTask` at once and the call throws `CancellationError`. If `didReceive`
-///   throws (a size limit, say), the transfer is cancelled and that error is rethrown.
+///   throws (a size limit, say), the transfer is cancelled and that error is rethrown. Either
+///   way the call returns only after the session has reported the task finished, so no
+///   transfer outlives it (FoundationNetworking stops a cancelled transfer asynchronously;
+///   a caller that returned at once could still have its body streaming in).
 /// - Validation: by default a non-2xx status throws `DataLoader.Error.statusCode` as soon
 ///   as the response head arrives (the body is not downloaded), except a `304 Not Modified`
 ///   answering a conditional request (`If-None-Match` or `If-Modified-Since`), which is
@@ -185,19 +188,37 @@ public final class DataLoader: DataLoading, Sendable {
         let (events, continuation) = AsyncThrowingStream.makeStream(of: SessionDelegate.Event.self)
         let task = session.dataTask(with: request)
         let identifier = task.taskIdentifier
+        let finished = SessionDelegate.Completion()
         delegate.register(identifier, SessionDelegate.Handler(
             request: request, validate: validator, continuation: continuation
-        ))
+        ), completion: finished)
         // Runs when the consumer's task is cancelled while waiting for an event, when the
-        // stream finishes, and on the explicit finish below: the URLSessionTask never
-        // outlives this call.
+        // stream finishes, and on the explicit finish below; the wait after it makes sure the
+        // URLSessionTask never outlives this call.
         continuation.onTermination = { [delegate] _ in
             delegate.unregister(identifier)
             task.cancel()
         }
-        defer { continuation.finish() }
         task.resume()
+        do {
+            let response = try await receive(events, request: request, didReceive: didReceive)
+            continuation.finish()
+            await finished.wait()
+            return response
+        } catch {
+            continuation.finish()
+            // The cancel above is asynchronous in FoundationNetworking: wait for the session
+            // to report the task done (bounded, should it ever fail to).
+            await finished.wait(atMost: .seconds(10))
+            throw error
+        }
+    }
 
+    /// The events of one transfer, up to its response (or the error that ends it).
+    private func receive(
+        _ events: AsyncThrowingStream<SessionDelegate.Event, any Swift.Error>, request: URLRequest,
+        didReceive: @Sendable (Data, URLResponse) throws -> Void
+    ) async throws -> URLResponse {
         var response: URLResponse?
         var received: Int64 = 0
         do {
@@ -266,10 +287,43 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
         let continuation: AsyncThrowingStream<Event, any Error>.Continuation
     }
 
-    private let handlers = Mutex<[Int: Handler]>([:])
+    /// Resolved when the session reports its task finished (`didCompleteWithError`), whether
+    /// or not a load still listens to the task's events.
+    final class Completion: Sendable {
+        private let state = Mutex<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
-    func register(_ identifier: Int, _ handler: Handler) {
+        func resolve() {
+            let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+                state.done = true
+                defer { state.waiters = [] }
+                return state.waiters
+            }
+            for waiter in waiters { waiter.resume() }
+        }
+
+        /// Suspends until resolved (or until `limit` has passed, when given).
+        func wait(atMost limit: DispatchTimeInterval? = nil) async {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let done = state.withLock { state -> Bool in
+                    if state.done { return true }
+                    state.waiters.append(continuation)
+                    return false
+                }
+                if done {
+                    continuation.resume()
+                } else if let limit {
+                    DispatchQueue.global().asyncAfter(deadline: .now() + limit) { [self] in resolve() }
+                }
+            }
+        }
+    }
+
+    private let handlers = Mutex<[Int: Handler]>([:])
+    private let completions = Mutex<[Int: Completion]>([:])
+
+    func register(_ identifier: Int, _ handler: Handler, completion: Completion) {
         handlers.withLock { $0[identifier] = handler }
+        completions.withLock { $0[identifier] = completion }
     }
 
     func unregister(_ identifier: Int) {
@@ -320,6 +374,8 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        let completion = completions.withLock { $0.removeValue(forKey: task.taskIdentifier) }
+        defer { completion?.resolve() }
         guard let handler = handlers.withLock({ $0.removeValue(forKey: task.taskIdentifier) }) else { return }
         if let error {
             handler.continuation.finish(throwing: error)
