@@ -11,7 +11,7 @@ import FoundationNetworking
 /// Adversarial checks of the public API's contracts (issue 3: the work graph; issue 5:
 /// prefetching and the UI loading model) in cases the other suites do not cover.
 @Suite(.timeLimit(.minutes(1)))
-struct AuditAPITests {
+struct ContractEdgeCaseTests {
     /// A pipeline using the real `DataLoader` against a loopback server and the trivial decoder.
     struct ServerHarness {
         let server: LoopbackServer
@@ -516,7 +516,7 @@ struct AuditAPITests {
 
 @MainActor
 @Suite(.timeLimit(.minutes(1)))
-struct AuditFetchImageTests {
+struct FetchImageEdgeCaseTests {
     @Test func hidingAndShowingAgainMidDownloadRejoinsTheSharedDownload() async throws {
         let h = PipelineHarness()
         h.loader.isSuspended = true
