@@ -33,6 +33,15 @@ static uint32_t be32(const uint8_t *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+// The size of the chunk at `at` when all of it (length, type, data, CRC) lies in the first
+// `length` bytes and its length is a valid one (below 2^31); -1 otherwise.
+static int64_t chunk_size(const uint8_t *png, size_t length, size_t at) {
+    if (length - at < 12) return -1;
+    uint32_t size = be32(png + at);
+    if (size > 0x7FFFFFFFu || length - at - 12 < size) return -1;
+    return size;
+}
+
 static const uint8_t iend_chunk[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};
 
 lumen_png_rows *lumen_png_rows_open(const uint8_t *png, size_t length, uint32_t width, uint32_t height,
@@ -51,17 +60,16 @@ lumen_png_rows *lumen_png_rows_open(const uint8_t *png, size_t length, uint32_t 
     // Find the first IDAT (the chunks before it were parsed and checked by libspng).
     size_t at = 8;
     for (;;) {
-        if (length - at < 12) return NULL;
-        uint32_t size = be32(png + at);
-        if (size > 0x7FFFFFFFu || length - at - 12 < size) return NULL;
+        int64_t size = chunk_size(png, length, at);
+        if (size < 0) return NULL;
         if (memcmp(png + at + 4, "IDAT", 4) == 0) break;
         at += 12 + (size_t)size;
     }
     size_t first_idat = at;
     // Check every IDAT's CRC; they must be consecutive and end the file or precede IEND.
     while (length - at >= 12 && memcmp(png + at + 4, "IDAT", 4) == 0) {
-        uint32_t size = be32(png + at);
-        if (size > 0x7FFFFFFFu || length - at - 12 < size) return NULL;
+        int64_t size = chunk_size(png, length, at);
+        if (size < 0) return NULL;
         if (crc32_gzip_refl(0, png + at + 4, (uint64_t)size + 4) != be32(png + at + 8 + size)) return NULL;
         at += 12 + (size_t)size;
     }
@@ -116,22 +124,28 @@ static void next_idat(lumen_png_rows *r) {
     r->next_chunk += 12 + (size_t)chunk;
 }
 
+// One step of the inflater into its current output: moves on to the next IDAT when the
+// current one is used up, else runs ISA-L once (with no input left a call may still flush
+// output ISA-L holds back). -1 on an inflate error or when a call made no progress.
+static int inflate_step(lumen_png_rows *r) {
+    if (r->inflate.avail_in == 0 && r->next_chunk < r->idat_end) {
+        next_idat(r);
+        return 0;
+    }
+    uint32_t in = r->inflate.avail_in, out_left = r->inflate.avail_out;
+    int status = isal_inflate(&r->inflate);
+    if (status != ISAL_DECOMP_OK && status != ISAL_END_INPUT && status != ISAL_OUT_OVERFLOW) return -1;
+    if (r->inflate.avail_in == in && r->inflate.avail_out == out_left && r->inflate.block_state != ISAL_BLOCK_FINISH) return -1;
+    return 0;
+}
+
 // Inflates into [out, out + size); 0 when it was filled, -1 on any inflate problem or when
 // the stream or the IDAT data ends first.
 static int inflate_exactly(lumen_png_rows *r, uint8_t *out, size_t size) {
     r->inflate.next_out = out;
     r->inflate.avail_out = (uint32_t)size;
     while (r->inflate.avail_out > 0) {
-        if (r->inflate.block_state == ISAL_BLOCK_FINISH) return -1;
-        if (r->inflate.avail_in == 0 && r->next_chunk < r->idat_end) {
-            next_idat(r);
-            continue;
-        }
-        // (With no input left, a call may still flush output ISA-L holds back.)
-        uint32_t in = r->inflate.avail_in, out_left = r->inflate.avail_out;
-        int status = isal_inflate(&r->inflate);
-        if (status != ISAL_DECOMP_OK && status != ISAL_END_INPUT && status != ISAL_OUT_OVERFLOW) return -1;
-        if (r->inflate.avail_in == in && r->inflate.avail_out == out_left && r->inflate.block_state != ISAL_BLOCK_FINISH) return -1;
+        if (r->inflate.block_state == ISAL_BLOCK_FINISH || inflate_step(r) != 0) return -1;
     }
     return 0;
 }
@@ -250,18 +264,10 @@ int lumen_png_rows_finish(lumen_png_rows *r) {
     // The stream must end here (its Adler-32 checked by ISA-L) with no sample to spare, and
     // no IDAT byte may follow it.
     uint8_t spare;
+    r->inflate.next_out = &spare;
+    r->inflate.avail_out = 1;
     while (r->inflate.block_state != ISAL_BLOCK_FINISH) {
-        if (r->inflate.avail_in == 0 && r->next_chunk < r->idat_end) {
-            next_idat(r);
-            continue;
-        }
-        r->inflate.next_out = &spare;
-        r->inflate.avail_out = 1;
-        uint32_t in = r->inflate.avail_in;
-        int status = isal_inflate(&r->inflate);
-        if (status != ISAL_DECOMP_OK && status != ISAL_END_INPUT) return -1;
-        if (r->inflate.avail_out == 0) return -1;
-        if (r->inflate.avail_in == in && r->inflate.block_state != ISAL_BLOCK_FINISH) return -1;
+        if (inflate_step(r) != 0 || r->inflate.avail_out == 0) return -1;
     }
     if (r->inflate.avail_in != 0) return -1;
     for (size_t at = r->next_chunk; at < r->idat_end; at += 12 + (size_t)be32(r->png + at)) {
