@@ -57,16 +57,18 @@ enum PNGCodec: ImageCodec {
             var ihdr = spng_ihdr()
             try check(spng_get_ihdr(ctx, &ihdr), data: data)
             if factor > 1, ihdr.interlace_method == 0 {
+                // The last block of a side that is not a multiple of the factor is partial.
+                let extent = (width: Double(info.width) / Double(factor), height: Double(info.height) / Double(factor))
                 if options.allowsFastPNGRows, let rows = openFastRows(ihdr, format: format, data: data) {
                     defer { lumen_png_rows_close(rows) }
                     if let reduced = decodeReduced(width: info.width, height: info.height, format: format, factor: factor,
                                                    nextRow: { lumen_png_rows_next(rows) }),
                        lumen_png_rows_finish(rows) == 0 {
-                        return try finishDecode(ctx, reduced, options: options, data: data, reduction: factor)
+                        return try finishDecode(ctx, reduced, options: options, data: data, extent: extent)
                     }
                 }
                 let reduced = try decodeReducedWithLibspng(ctx, width: info.width, height: info.height, format: format, factor: factor, data: data)
-                return try finishDecode(ctx, reduced, options: options, data: data, reduction: factor)
+                return try finishDecode(ctx, reduced, options: options, data: data, extent: extent)
             }
             let spngFormat = Int32(format == .rgba8 ? SPNG_FMT_RGBA8.rawValue : SPNG_FMT_RGB8.rawValue)
             var length = 0
@@ -122,10 +124,10 @@ enum PNGCodec: ImageCodec {
 
     /// After the image data: reads what follows it (checks the last IDAT's CRC and the
     /// trailing chunks), then converts an `iCCP` profile to sRGB when asked.
-    /// `reduction`: the block factor of a reduced decode, whose last (partial) block stands for
-    /// fewer pixels than the others (see ``CodecOutput/extent``).
+    /// `extent`: the image's size in a reduced decode's pixels (see ``CodecOutput/extent``).
     private static func finishDecode(
-        _ ctx: OpaquePointer, _ decoded: Bitmap, options: DecodeOptions, data: UnsafeRawBufferPointer, reduction: Int = 1
+        _ ctx: OpaquePointer, _ decoded: Bitmap, options: DecodeOptions, data: UnsafeRawBufferPointer,
+        extent: (width: Double, height: Double)? = nil
     ) throws(ImagingError) -> CodecOutput {
         let trailing = spng_decode_chunks(ctx)
         if trailing != 0 && !isEndOfData(trailing) {
@@ -138,9 +140,6 @@ enum PNGCodec: ImageCodec {
                 bitmap = ColorProfile.convertToSRGB(bitmap, profile: UnsafeRawBufferPointer(start: profile, count: iccp.profile_len))
             }
         }
-        var ihdr = spng_ihdr()
-        let extent = reduction > 1 && spng_get_ihdr(ctx, &ihdr) == 0
-            ? (width: Double(ihdr.width) / Double(reduction), height: Double(ihdr.height) / Double(reduction)) : nil
         return CodecOutput(bitmap: bitmap, extent: extent)
     }
 
