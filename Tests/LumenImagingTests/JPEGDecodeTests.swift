@@ -34,12 +34,13 @@ struct JPEGDecodeTests {
     /// ceil(dimension × n / 8) covers the minimum on both sides, computed here by brute force.
     @Test(arguments: [(4000, 3000, 256, 192), (4000, 3000, 501, 100), (1000, 1000, 300, 300), (333, 777, 42, 99), (640, 480, 640, 480), (17, 9, 1, 1)])
     func scaleIsTheSmallestCoveringEighth(width: Int, height: Int, minWidth: Int, minHeight: Int) {
-        let chosen = JPEGCodec.scaledSize(width: width, height: height, minimum: PixelSize(width: minWidth, height: minHeight))
+        let chosen = JPEGCodec.scaling(width: width, height: height, minimum: PixelSize(width: minWidth, height: minHeight))
         let expected = (1...8).lazy
             .map { n in ((width * n + 7) / 8, (height * n + 7) / 8) }
             .first { $0.0 >= minWidth && $0.1 >= minHeight }!
         #expect(chosen.width == expected.0 && chosen.height == expected.1)
-        #expect(JPEGCodec.scaledSize(width: width, height: height, minimum: nil) == (width, height))
+        let full = JPEGCodec.scaling(width: width, height: height, minimum: nil)
+        #expect(full.width == width && full.height == height && full.factor == 1)
     }
 
     @Test(arguments: [false, true])

@@ -140,14 +140,9 @@ enum JPEGCodec: ImageCodec {
         return status == 0 ? bitmap : nil
     }
 
-    /// The smallest TurboJPEG scale (at most 1/1) whose output covers `minimum` on both sides;
-    /// full size when `minimum` is `nil`. Sizes follow `TJSCALED`: ceil(dimension × num / denom).
-    static func scaledSize(width: Int, height: Int, minimum: PixelSize?) -> (width: Int, height: Int) {
-        let scaled = scaling(width: width, height: height, minimum: minimum)
-        return (scaled.width, scaled.height)
-    }
-
-    /// ``scaledSize(width:height:minimum:)`` with the factor it applies (1 for full size).
+    /// The smallest TurboJPEG scale (at most 1/1) whose output covers `minimum` on both sides,
+    /// as the output size and the factor; full size (factor 1) when `minimum` is `nil`. Sizes
+    /// follow `TJSCALED`: ceil(dimension × num / denom).
     static func scaling(width: Int, height: Int, minimum: PixelSize?) -> (width: Int, height: Int, factor: Double) {
         guard let minimum else { return (width, height, 1) }
         var count: Int32 = 0
