@@ -200,18 +200,14 @@ public final class DataLoader: DataLoading, Sendable {
             task.cancel()
         }
         task.resume()
-        do {
-            let response = try await receive(events, request: request, didReceive: didReceive)
-            continuation.finish()
-            await finished.wait()
-            return response
-        } catch {
-            continuation.finish()
-            // The cancel above is asynchronous in FoundationNetworking: wait for the session
-            // to report the task done (bounded, should it ever fail to).
-            await finished.wait(atMost: .seconds(10))
-            throw error
-        }
+        let outcome: Result<URLResponse, any Swift.Error>
+        do { outcome = .success(try await receive(events, request: request, didReceive: didReceive)) } catch { outcome = .failure(error) }
+        continuation.finish()
+        // After an error the cancel above is asynchronous in FoundationNetworking: wait for
+        // the session to report the task done (bounded, should it ever fail to). After
+        // success it already has.
+        await finished.wait(atMost: .seconds(10))
+        return try outcome.get()
     }
 
     /// The events of one transfer, up to its response (or the error that ends it).
@@ -374,8 +370,8 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-        let completion = completions.withLock { $0.removeValue(forKey: task.taskIdentifier) }
-        defer { completion?.resolve() }
+        // Resolved before the load hears of the end, so that its wait never has to suspend.
+        completions.withLock { $0.removeValue(forKey: task.taskIdentifier) }?.resolve()
         guard let handler = handlers.withLock({ $0.removeValue(forKey: task.taskIdentifier) }) else { return }
         if let error {
             handler.continuation.finish(throwing: error)
