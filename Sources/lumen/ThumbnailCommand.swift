@@ -194,6 +194,7 @@ enum ThumbnailCommand {
         var jobs: [Job] = []
         var indices: [Key: Int] = [:]
         var taken = Set<String>()
+        var firstWithBase: [String: Int] = [:]  // an output base name → the first job that has it
         for input in inputs {
             let resolved = Result { () throws(InputError) in try url(for: input) }
             let key: Key = switch resolved {
@@ -214,18 +215,20 @@ enum ThumbnailCommand {
                     name = "\(base)-\(suffix)"
                 }
                 let destination = (output as NSString).appendingPathComponent("\(name).\(format)")
-                return Plan(url: url, destination: destination, sharesName: false)
+                // A second input with this base name marks itself and the first one.
+                var sharesName = false
+                if let first = firstWithBase[base] {
+                    sharesName = true
+                    if case .success(var firstPlan) = jobs[first].plan {
+                        firstPlan.sharesName = true
+                        jobs[first].plan = .success(firstPlan)
+                    }
+                } else {
+                    firstWithBase[base] = jobs.count
+                }
+                return Plan(url: url, destination: destination, sharesName: sharesName)
             }
             jobs.append(Job(input: input, plan: plan))
-        }
-        // Mark every member of a group of outputs that share a base name, the first included.
-        var nameCounts: [String: Int] = [:]
-        for job in jobs { if let url = try? job.plan.get().url { nameCounts[outputName(for: url), default: 0] += 1 } }
-        for index in jobs.indices {
-            if case .success(var plan) = jobs[index].plan, nameCounts[outputName(for: plan.url), default: 0] > 1 {
-                plan.sharesName = true
-                jobs[index].plan = .success(plan)
-            }
         }
         return jobs
     }
