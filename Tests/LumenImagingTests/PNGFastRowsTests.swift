@@ -95,33 +95,18 @@ struct PNGFastRowsTests {
         return raw
     }
 
-    /// A PNG around the zlib stream `zlib`, cut into IDAT chunks of `idatSize` bytes, with
-    /// `after` (chunks) following the image data.
-    static func png(width: Int, height: Int, colorType: UInt8 = 2, zlib: [UInt8], idatSize: Int = 1 << 20,
-                    after: [UInt8] = SyntheticPNG.chunk("IEND", [])) -> Data {
-        var png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
-        png += SyntheticPNG.chunk("IHDR", SyntheticPNG.be32(width) + SyntheticPNG.be32(height) + [8, colorType, 0, 0, 0])
-        var p = 0
-        repeat {
-            let n = min(idatSize, zlib.count - p)
-            png += SyntheticPNG.chunk("IDAT", Array(zlib[p..<p + n]))
-            p += n
-        } while p < zlib.count
-        return Data(png + after)
-    }
-
     @Test func everyFilterTypeAndAnyIDATSplitGiveLibspngsPixels() {
         let raw = Self.filteredRows(width: 37, height: 23)
         let zlib = SyntheticPNG.zlibStored(raw)
         for split in [1, 2, 7, 100, 1 << 20] {
-            let png = Self.png(width: 37, height: 23, zlib: zlib, idatSize: split)
+            let png = SyntheticPNG.make(width: 37, height: 23, colorType: 2, zlib: zlib, idatSize: split)
             // (The 2-byte zlib header must lie in the first IDAT: split 1 is left to libspng.)
             #expect(Self.readsCleanly(png) == (split > 1), "IDAT split every \(split) bytes")
             Self.expectSameOutcomes(png, "split \(split)", sizes: [nil, 8])
         }
         // With alpha too.
-        let rgba = Self.png(width: 19, height: 11, colorType: 6,
-                            zlib: SyntheticPNG.zlibStored(Self.filteredRows(width: 19, height: 11, channels: 4)))
+        let rgba = SyntheticPNG.make(width: 19, height: 11, colorType: 6,
+                                      zlib: SyntheticPNG.zlibStored(Self.filteredRows(width: 19, height: 11, channels: 4)))
         #expect(Self.readsCleanly(rgba))
         Self.expectSameOutcomes(rgba, "rgba", sizes: [nil, 5])
     }
@@ -138,16 +123,16 @@ struct PNGFastRowsTests {
         smallWindow[0] = 0x68  // CINFO 6: a 16K window
         smallWindow[1] = UInt8(31 - (0x6800 % 31))  // the header check bits for it
         let cases: [(String, Data)] = [
-            ("wrong Adler-32", Self.png(width: 16, height: 16, zlib: wrongAdler)),
-            ("filter type 5", Self.png(width: 16, height: 16, zlib: badFilter)),
-            ("a sample too many", Self.png(width: 16, height: 16, zlib: extraSample)),
-            ("a sample short", Self.png(width: 16, height: 16, zlib: shortByOne)),
-            ("bytes after the zlib stream", Self.png(width: 16, height: 16, zlib: good + [1, 2, 3])),
-            ("a 16K window", Self.png(width: 16, height: 16, zlib: smallWindow)),
-            ("a chunk after the image data", Self.png(width: 16, height: 16, zlib: good,
+            ("wrong Adler-32", SyntheticPNG.make(width: 16, height: 16, colorType: 2, zlib: wrongAdler)),
+            ("filter type 5", SyntheticPNG.make(width: 16, height: 16, colorType: 2, zlib: badFilter)),
+            ("a sample too many", SyntheticPNG.make(width: 16, height: 16, colorType: 2, zlib: extraSample)),
+            ("a sample short", SyntheticPNG.make(width: 16, height: 16, colorType: 2, zlib: shortByOne)),
+            ("bytes after the zlib stream", SyntheticPNG.make(width: 16, height: 16, colorType: 2, zlib: good + [1, 2, 3])),
+            ("a 16K window", SyntheticPNG.make(width: 16, height: 16, colorType: 2, zlib: smallWindow)),
+            ("a chunk after the image data", SyntheticPNG.make(width: 16, height: 16, colorType: 2, zlib: good,
                                                       after: SyntheticPNG.chunk("tEXt", Array("a\0b".utf8)) + SyntheticPNG.chunk("IEND", []))),
-            ("junk after IEND", Self.png(width: 16, height: 16, zlib: good, after: SyntheticPNG.chunk("IEND", []) + [0, 1])),
-            ("no IEND", Self.png(width: 16, height: 16, zlib: good, after: [])),
+            ("junk after IEND", SyntheticPNG.make(width: 16, height: 16, colorType: 2, zlib: good, after: SyntheticPNG.chunk("IEND", []) + [0, 1])),
+            ("no IEND", SyntheticPNG.make(width: 16, height: 16, colorType: 2, zlib: good, after: [])),
         ]
         for (name, png) in cases {
             Self.expectSameOutcomes(png, name, sizes: [nil, 4])
@@ -158,7 +143,7 @@ struct PNGFastRowsTests {
         #expect(Self.readsCleanly(cases[8].1))
 
         // A bad IDAT CRC: refused before anything is inflated; libspng reports it.
-        var badCRC = [UInt8](Self.png(width: 16, height: 16, zlib: good))
+        var badCRC = [UInt8](SyntheticPNG.make(width: 16, height: 16, colorType: 2, zlib: good))
         let iend = badCRC.count - 12
         badCRC[iend - 1] ^= 0xFF
         #expect(!Self.readsCleanly(Data(badCRC)))

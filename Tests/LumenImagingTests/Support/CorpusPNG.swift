@@ -100,13 +100,24 @@ struct SeededRandom: RandomNumberGenerator {
 enum SyntheticPNG {
     /// A PNG with the given IHDR fields and already-filtered scanlines (`raw` = the zlib input).
     static func make(width: Int, height: Int, bitDepth: UInt8 = 8, colorType: UInt8, raw: [UInt8]) -> Data {
+        make(width: width, height: height, bitDepth: bitDepth, colorType: colorType, zlib: zlibStored(raw))
+    }
+
+    /// A PNG around the zlib stream `zlib`, cut into IDAT chunks of `idatSize` bytes, with
+    /// `after` (chunks, or any bytes) following the image data.
+    static func make(
+        width: Int, height: Int, bitDepth: UInt8 = 8, colorType: UInt8, zlib: [UInt8], idatSize: Int = 1 << 20,
+        after: [UInt8] = chunk("IEND", [])
+    ) -> Data {
         var png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
-        var ihdr = be32(width) + be32(height)
-        ihdr += [bitDepth, colorType, 0, 0, 0]
-        png += chunk("IHDR", ihdr)
-        png += chunk("IDAT", zlibStored(raw))
-        png += chunk("IEND", [])
-        return Data(png)
+        png += chunk("IHDR", be32(width) + be32(height) + [bitDepth, colorType, 0, 0, 0])
+        var p = 0
+        repeat {
+            let n = min(idatSize, zlib.count - p)
+            png += chunk("IDAT", Array(zlib[p..<p + n]))
+            p += n
+        } while p < zlib.count
+        return Data(png + after)
     }
 
     static func be32(_ v: Int) -> [UInt8] { [UInt8(truncatingIfNeeded: v >> 24), UInt8(truncatingIfNeeded: v >> 16), UInt8(truncatingIfNeeded: v >> 8), UInt8(truncatingIfNeeded: v)] }
