@@ -3,6 +3,9 @@
 //   lumen-cache-probe write DIR PREFIX N SIZE [ROUNDS] [SEED]
 //       stores keys PREFIX-0 … PREFIX-(N-1), ROUNDS times over (seeds SEED, SEED+1, …),
 //       then flushes. Each payload is derivable from its key and seed (see `payload`).
+//   lumen-cache-probe write-and-exit DIR PREFIX N SIZE
+//       stores keys PREFIX-0 … PREFIX-(N-1) (seed 1) and exits at once, without flushing:
+//       the writes still queued must land before the process ends.
 //   lumen-cache-probe read DIR PREFIX N [PASSES] [--require-all]
 //       reads every key PASSES times and verifies every byte of every hit; with
 //       --require-all any miss is a failure too (for pre-populated keys: an atomic
@@ -183,7 +186,7 @@ func checkPipeline(directory: URL, image: Data, errorCode: Int32) async -> (prob
 }
 
 func usage() -> Never {
-    FileHandle.standardError.write(Data("usage: lumen-cache-probe write DIR PREFIX N SIZE [ROUNDS] [SEED] | read DIR PREFIX N [PASSES] [--require-all] | full-disk DIR | pipeline-read-only DIR | pipeline-full-disk DIR\n".utf8))
+    FileHandle.standardError.write(Data("usage: lumen-cache-probe write DIR PREFIX N SIZE [ROUNDS] [SEED] | write-and-exit DIR PREFIX N SIZE | read DIR PREFIX N [PASSES] [--require-all] | full-disk DIR | pipeline-read-only DIR | pipeline-full-disk DIR\n".utf8))
     exit(2)
 }
 
@@ -257,6 +260,15 @@ case "write":
     let failures = cache.metrics.writeFailures
     print("wrote \(cache.metrics.writes) failures \(failures)")
     exit(failures == 0 ? 0 : 1)
+case "write-and-exit":
+    guard arguments.count >= 5, let size = Int(arguments[4]) else { usage() }
+    for i in 0..<count {
+        let key = "\(prefix)-\(i)"
+        let metadata = CacheMetadata(etag: "\"1\"", contentType: "application/octet-stream", storedAt: Date())
+        cache.storeData(payload(key: key, seed: 1, size: size), metadata: metadata, for: key)
+    }
+    print("queued \(count)")
+    exit(0)
 case "read":
     let passes = arguments.count > 4 ? Int(arguments[4]) ?? 1 : 1
     let requireAll = arguments.contains("--require-all")

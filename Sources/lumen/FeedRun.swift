@@ -38,8 +38,10 @@ struct FeedRunStats: Codable, Sendable {
     /// Resident memory when the replay started (the process's baseline: runtime, libraries,
     /// the loader set up).
     var startRSSBytes = 0
+    /// From the first step until the last image showed and every load stopped.
     var wallSeconds = 0.0
-    /// CPU time (user + system) the replay used, all threads.
+    /// CPU time (user + system) the replay used, all threads, including the disk-cache writes
+    /// still queued when it ended (finished right after).
     var cpuSeconds = 0.0
     // Seen by the server in the parent.
     var networkRequests = 0
@@ -259,6 +261,9 @@ struct FeedRunner {
         let start = monotonicSeconds()
         let outcome = runBlocking { [replayer] in await replayer.run() }
         stats.wallSeconds = monotonicSeconds() - start
+        // Disk-cache writes still queued at the lowest CPU priority are finished now: after the
+        // last image showed (no view waits for them), but within the CPU time.
+        ((loader as? LumenFeedLoader)?.pipeline.configuration.dataCache as? DataCache)?.flush()
         stats.cpuSeconds = cpuSeconds() - cpuStart
         stats.peakRSSBytes = ownPeakResidentBytes() ?? peakResidentBytes()
         if ProcessInfo.processInfo.environment[rssTraceVariable] == "1",

@@ -118,6 +118,20 @@ struct DataCacheCrossProcessTests {
         #expect(failures.all.isEmpty)
     }
 
+    /// Writes run at the lowest CPU priority and may still be queued when the program ends:
+    /// they land before it does.
+    @Test func writesStillQueuedWhenTheProcessExitsLand() async throws {
+        let dir = try CacheTestDirectory()
+        let writer = try Probe(["write-and-exit", dir.path, "k", "\(Self.keyCount)", "\(Self.payloadSize)"])
+        #expect(await writer.exitStatus() == 0, "\(writer.printed)")
+        let reader = DataCache(name: "x", directory: dir.url)
+        for i in 0..<Self.keyCount {
+            let key = "k-\(i)"
+            let hit = try #require(reader.cachedData(for: key), "\(key) was lost")
+            #expect(probeVerify(key: key, data: hit.data, etag: hit.metadata.etag) == 1)
+        }
+    }
+
     @Test func twoWritingProcessesAndAReadingOneAgree() async throws {
         let dir = try CacheTestDirectory()
         prepopulate(dir, seed: 1000)

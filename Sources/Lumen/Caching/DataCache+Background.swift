@@ -46,7 +46,7 @@ extension DataCache {
             return $0.totalSize! > sizeLimit
         }
         if over {
-            dispatchPrecondition(condition: .onQueue(queue))
+            assert(queue.isCurrent, "DataCache: a sweep off the cache's queue")
             performSweep()
         }
     }

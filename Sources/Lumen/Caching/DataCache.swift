@@ -44,9 +44,12 @@ public protocol DataCaching: Sendable {
 ///   write crosses the limit, so the limit holds while the program runs without a sweep per
 ///   write. Other processes' writes are only seen by the next full sweep.
 /// - **Threads.** Reads run on the caller's thread (the pipeline calls them off its graph
-///   owner). Writes, removals, renewals and sweeps are queued on a serial background queue;
-///   until one lands, reads in this process already see its effect. ``flush()-5e3t9`` (or its
-///   `async` variant) waits for the queue.
+///   owner). Writes, removals, renewals and sweeps are queued on a serial background queue
+///   whose thread runs at the lowest CPU priority (nice 19 on Linux), so that on a busy machine
+///   they wait for CPU time nothing else wants instead of slowing down decoding; more than
+///   64 MB of writes waiting run at normal priority. Until an operation lands, reads in this
+///   process already see its effect. ``flush()-5e3t9`` (or its `async` variant) waits for the
+///   queue.
 /// - **Failures.** A missing directory is recreated by the next write. A read-only, full or
 ///   otherwise unusable directory drops the write and reports it through `onFailure`; nothing
 ///   is thrown at the caller.
@@ -117,7 +120,7 @@ public final class DataCache: DataCaching {
     public let clock: CacheClock
 
     let store: DiskStore
-    let queue: DispatchQueue
+    let queue: BackgroundQueue
     let onFailure: (@Sendable (Failure) -> Void)?
     let failureObservers = FailureObservers()
     let state = Mutex(State())
@@ -194,7 +197,7 @@ public final class DataCache: DataCaching {
         self.clock = clock
         self.onFailure = onFailure
         self.store = DiskStore(directory: directory.path, syncsToDisk: syncsToDisk)
-        self.queue = DispatchQueue(label: "lumen.data-cache.\(name)", qos: .utility)
+        self.queue = BackgroundQueue(name: "lumen.data-cache.\(name)")
         queue.async { [self] in
             do {
                 try store.createDirectory()
@@ -315,7 +318,7 @@ public final class DataCache: DataCaching {
             return
         }
         let generation = enqueue(key, .store(data, metadata))
-        queue.async { [self] in
+        queue.async(cost: data.count) { [self] in
             performStore(key: key, data: data, metadata: metadata)
             settle(key, generation)
         }
