@@ -21,6 +21,7 @@
 // error semantics.
 #include "lumen_jpeg.h"
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -198,22 +199,54 @@ static void build_fastac(const HuffTable *t, FastAC *table) {
 
 // Building a fast-AC table costs about as much as decoding 30 000 pixels, and most images
 // share a few tables (the standard ones, or their encoder's), so each thread keeps the last
-// few it built. A decode looks up at most six (a DC and an AC table per component) and marks
-// them with its serial number, so the one evicted for a new table is never one the decode
-// still uses.
+// few it built, freed when the thread ends. A decode looks up at most six (a DC and an AC
+// table per component) and marks them with its serial number, so the one evicted for a new
+// table is never one the decode still uses.
 enum { FAST_CACHE = 8 };
 typedef struct {
     uint8_t counts[16], symbols[256];
     unsigned long used;
     FastAC *table;
 } CachedFastAC;
-static _Thread_local CachedFastAC fast_cache[FAST_CACHE];
-static _Thread_local unsigned long fast_cache_serial;
+typedef struct {
+    unsigned long serial;
+    CachedFastAC entries[FAST_CACHE];
+} FastACCache;
 
-static const FastAC *fast_ac_for(const HuffTable *t, unsigned long serial) {
-    CachedFastAC *victim = &fast_cache[0];
+static pthread_key_t fast_cache_key;
+static pthread_once_t fast_cache_once = PTHREAD_ONCE_INIT;
+static int fast_cache_key_made;
+
+static void free_fast_cache(void *p) {
+    FastACCache *cache = p;
+    for (int i = 0; i < FAST_CACHE; i++) free(cache->entries[i].table);
+    free(cache);
+}
+
+static void make_fast_cache_key(void) {
+    fast_cache_key_made = pthread_key_create(&fast_cache_key, free_fast_cache) == 0;
+}
+
+// This thread's cache, created on first use; NULL when it cannot be.
+static FastACCache *thread_fast_cache(void) {
+    pthread_once(&fast_cache_once, make_fast_cache_key);
+    if (!fast_cache_key_made) return NULL;
+    FastACCache *cache = pthread_getspecific(fast_cache_key);
+    if (!cache) {
+        cache = calloc(1, sizeof *cache);
+        if (!cache) return NULL;
+        if (pthread_setspecific(fast_cache_key, cache) != 0) {
+            free(cache);
+            return NULL;
+        }
+    }
+    return cache;
+}
+
+static const FastAC *fast_ac_for(FastACCache *cache, const HuffTable *t, unsigned long serial) {
+    CachedFastAC *victim = &cache->entries[0];
     for (int i = 0; i < FAST_CACHE; i++) {
-        CachedFastAC *c = &fast_cache[i];
+        CachedFastAC *c = &cache->entries[i];
         if (c->table && !memcmp(c->counts, t->counts, 16) && !memcmp(c->symbols, t->symbols, 256)) {
             c->used = serial;
             return c->table;
@@ -521,7 +554,9 @@ scan:;
     }
     int mcus_x = (width + 8 * hmax - 1) / (8 * hmax);
     int mcus_y = (height + 8 * vmax - 1) / (8 * vmax);
-    unsigned long serial = ++fast_cache_serial;
+    FastACCache *cache = thread_fast_cache();
+    if (!cache) goto done;
+    unsigned long serial = ++cache->serial;
     long luma_blocks = (long)((width + 7) / 8) * ((height + 7) / 8);
     for (int c = 0; c < ncomp; c++) {
         Component *k = &comps[c];
@@ -562,7 +597,7 @@ scan:;
         if (k->fh == 1 && k->fv == 1) {
             // Below ~10 000 blocks the group table costs about what it saves.
             if (!act->group && luma_blocks >= 10000 && build_groups(act) != 0) goto done;
-        } else if (!act->fastac && !(act->fastac = fast_ac_for(act, serial))) {
+        } else if (!act->fastac && !(act->fastac = fast_ac_for(cache, act, serial))) {
             goto done;
         }
         // The DC difference's size code and magnitude in one look-up too: a table of sizes
@@ -571,7 +606,7 @@ scan:;
         HuffTable *dct = &tables[k->dc];
         int sizes_only = 1;
         for (int i = 0; i < 256; i++) sizes_only &= dct->symbols[i] <= 11;
-        if (sizes_only && !dct->fastac && !(dct->fastac = fast_ac_for(dct, serial))) goto done;
+        if (sizes_only && !dct->fastac && !(dct->fastac = fast_ac_for(cache, dct, serial))) goto done;
     }
     // Output pixels per MCU across and down; the planes are padded to whole MCUs.
     int stride = mcus_x * hmax * scale;
