@@ -15,6 +15,8 @@ enum BenchDecode {
 
     struct Inputs {
         var jpegs: [URL]
+        /// A typical feed thumbnail's source: ~2 MP q85 photos, which 256 px takes at 1/4.
+        var jpegs2mp: [URL]
         var png: URL
         var webp: URL
     }
@@ -36,10 +38,16 @@ enum BenchDecode {
                 try SyntheticPhotos.photo(width: 4000, height: 3000, seed: UInt64(100 + seed)).encode(as: .jpeg(quality: 88))
             })
         }
+        var jpegs2mp: [URL] = []
+        for seed in 0..<4 {
+            jpegs2mp.append(try make("photo-2mp-\(seed).jpg") {
+                try SyntheticPhotos.photo(width: 1800, height: 1200, seed: UInt64(200 + seed)).encode(as: .jpeg(quality: 85))
+            })
+        }
         let square = SyntheticPhotos.photo(width: 2000, height: 2000, seed: 7)
         let png = try make("photo-2000.png") { try square.encode(as: .png) }
         let webp = try make("photo-2000.webp") { try square.encode(as: .webp(quality: 85)) }
-        return Inputs(jpegs: jpegs, png: png, webp: webp)
+        return Inputs(jpegs: jpegs, jpegs2mp: jpegs2mp, png: png, webp: webp)
     }
 
     enum Variant: String, CaseIterable {
@@ -182,6 +190,9 @@ enum BenchDecode {
             for case let (tool, .found(python, _)) in tools {
                 record("jpeg12mp.\(tool.rawValue)", try tool.measure(python: python, files: inputs.jpegs, iterations: iterations))
             }
+            for v in [Variant.lumen, .floor] {
+                record("jpeg2mp.\(v.rawValue)", try measure(v, files: inputs.jpegs2mp, iterations: iterations, threads: 1))
+            }
             record("jpeg12mp.lumen.\(threads)threads", try measure(.lumen, files: inputs.jpegs, iterations: iterations * threads, threads: threads))
             for (name, file) in [("png2000", inputs.png), ("webp2000", inputs.webp)] {
                 record("\(name).lumen", try measure(.lumen, files: [file], iterations: iterations, threads: 1))
@@ -193,6 +204,7 @@ enum BenchDecode {
         let rows = order.filter { !$0.contains("threads") }.map { ($0, best[$0]!) }
         let m = Dictionary(uniqueKeysWithValues: rows)
         let lumen = m["jpeg12mp.lumen"]!, floor = m["jpeg12mp.floor"]!, naive = m["jpeg12mp.naive"]!
+        let lumen2mp = m["jpeg2mp.lumen"]!, floor2mp = m["jpeg2mp.floor"]!
         let throughputSerial = 1000 / lumen.msPerImage
         let throughputParallel = 1000 / parallel.msPerImage
         var result: [String: Any] = [
@@ -205,6 +217,10 @@ enum BenchDecode {
             "jpegCPUMsPerImage": ["lumen": lumen.cpuMsPerImage, "floor": floor.cpuMsPerImage, "naive": naive.cpuMsPerImage],
             "lumenOverFloor": lumen.msPerImage / floor.msPerImage,
             "lumenOverFloorCPU": lumen.cpuMsPerImage / floor.cpuMsPerImage,
+            "jpeg2mpMsPerImage": ["lumen": lumen2mp.msPerImage, "floor": floor2mp.msPerImage],
+            "jpeg2mpCPUMsPerImage": ["lumen": lumen2mp.cpuMsPerImage, "floor": floor2mp.cpuMsPerImage],
+            "jpeg2mpLumenOverFloor": lumen2mp.msPerImage / floor2mp.msPerImage,
+            "jpeg2mpLumenOverFloorCPU": lumen2mp.cpuMsPerImage / floor2mp.cpuMsPerImage,
             "naiveOverLumen": naive.msPerImage / lumen.msPerImage,
             "parallelThreads": threads,
             "parallelSpeedup": throughputParallel / throughputSerial,
@@ -232,7 +248,8 @@ enum BenchDecode {
             printJSON(result)
             return
         }
-        print("decode: 12 MP JPEG → \(target) px (one core, \(iterations) passes over \(inputs.jpegs.count) photos, best of \(rounds) rounds)")
+        print("decode: 12 MP JPEG → \(target) px (one core, \(iterations) passes over \(inputs.jpegs.count) photos, best of \(rounds) rounds);"
+            + " jpeg2mp: \(inputs.jpegs2mp.count) 1800×1200 q85 photos → \(target) px")
         print(pad("variant", 20) + pad("ms/image", 10) + pad("CPU ms", 10) + pad("peak RSS", 11) + pad("baseline", 11) + "added by decoding")
         func mb(_ bytes: Int) -> String { String(format: "%.1f MB", Double(bytes) / 1_048_576) }
         for (name, row) in rows {
@@ -241,6 +258,8 @@ enum BenchDecode {
         }
         print(String(format: "lumen / floor          %.2f×  (goal ≤ 1.15×; CPU time %.2f×)", lumen.msPerImage / floor.msPerImage,
                      lumen.cpuMsPerImage / floor.cpuMsPerImage))
+        print(String(format: "lumen / floor, 2 MP    %.2f×  (1/4 scale; CPU time %.2f×)", lumen2mp.msPerImage / floor2mp.msPerImage,
+                     lumen2mp.cpuMsPerImage / floor2mp.cpuMsPerImage))
         print(String(format: "naive / lumen          %.2f×  (goal ≥ 1.5×)", naive.msPerImage / lumen.msPerImage))
         print(String(format: "%d threads / 1 thread   %.2f×  (goal ≥ 1.8× on 2 cores)", threads, throughputParallel / throughputSerial))
         for (tool, location) in tools {

@@ -3,27 +3,30 @@ import Foundation
 import Testing
 @testable import LumenImaging
 
-/// Lumen's own 1/8-scale baseline JPEG decoder (`lumen_jpeg_decode_eighth`), which
+/// Lumen's own reduced-scale baseline JPEG decoder (`lumen_jpeg_decode_reduced`) at 1/8, which
 /// `ImageDecoder.decode` uses instead of TurboJPEG when a thumbnail needs the 1/8 scale: it
 /// must give TurboJPEG's pixels (or, where TurboJPEG approximates, the true 8×8 means), decline
 /// everything outside its case so TurboJPEG decides, and survive damaged data.
 @Suite(.timeLimit(.minutes(1)))
 struct JPEGEighthScaleTests {
-    /// The 1/8 decode by Lumen's decoder, `nil` when it declines.
-    static func eighth(_ data: Data) throws -> Bitmap? {
+    /// The 1/`denominator` decode by Lumen's decoder, `nil` when it declines.
+    static func reduced(_ data: Data, denominator: Int = 8) throws -> Bitmap? {
         try data.withUnsafeBytes { bytes throws(ImagingError) -> Bitmap? in
             let markers = try JPEGMarkers(walking: bytes, scanLimit: 100)
             guard let frame = markers.frame else { return nil }
-            return JPEGCodec.decodeEighth(
-                bytes, markers: markers, info: (frame.width, frame.height, 0),
-                width: (frame.width + 7) / 8, height: (frame.height + 7) / 8)
+            return JPEGCodec.decodeReduced(
+                bytes, markers: markers, info: (frame.width, frame.height, 0), denominator: denominator,
+                width: (frame.width + denominator - 1) / denominator, height: (frame.height + denominator - 1) / denominator)
         }
     }
+
+    /// The 1/8 decode by Lumen's decoder, `nil` when it declines.
+    static func eighth(_ data: Data) throws -> Bitmap? { try reduced(data, denominator: 8) }
 
     /// TurboJPEG's 1/8 decode (or `minimumSize`'s scale), in stored orientation, no ICC.
     static func turbo(_ data: Data, minimumSize: PixelSize? = PixelSize(width: 1, height: 1)) throws -> Bitmap {
         var options = DecodeOptions(convertsColorProfile: false)
-        options.allowsEighthScaleDecoder = false
+        options.allowsReducedScaleDecoder = false
         return try data.withUnsafeBytes { bytes throws(ImagingError) -> Bitmap in
             let header = try JPEGCodec.readHeader(bytes, options: options)
             return try JPEGCodec.decode(bytes, header: header, minimumSize: minimumSize, options: options).bitmap
@@ -155,7 +158,7 @@ struct JPEGEighthScaleTests {
         let jpeg = try CorpusJPEG.photoLike(width: 2400, height: 1600).encode(as: .jpeg(quality: 88))
         var options = DecodeOptions(size: .maxPixelSize(256))
         let ours = try ImageDecoder.decode(jpeg, options: options)
-        options.allowsEighthScaleDecoder = false
+        options.allowsReducedScaleDecoder = false
         let theirs = try ImageDecoder.decode(jpeg, options: options)
         #expect(ours.statistics == theirs.statistics)
         #expect(ours.statistics.codecScale == 0.125)
@@ -184,7 +187,7 @@ struct JPEGEighthScaleTests {
                 if Bool.random(using: &random) { bytes.removeLast(Int.random(in: 0..<(bytes.count / 2), using: &random)) }
                 _ = bytes.withUnsafeBufferPointer { b in
                     output.withUnsafeMutableBufferPointer { o in
-                        lumen_jpeg_decode_eighth(b.baseAddress, b.count, o.baseAddress, Int32(width), Int32(height))
+                        lumen_jpeg_decode_reduced(b.baseAddress, b.count, 8, o.baseAddress, Int32(width), Int32(height))
                     }
                 }
                 _ = try? ImageDecoder.decode(Data(bytes), options: DecodeOptions(size: .maxPixelSize(width * 7 / 8)))

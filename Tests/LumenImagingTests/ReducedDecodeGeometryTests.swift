@@ -61,7 +61,7 @@ struct ReducedDecodeGeometryTests {
     func jpegScalingKeepsColumnsInPlace(eighthDecoder: Bool) throws {
         let jpeg = try Self.ramp(width: 1001, height: 64).encode(as: .jpeg(quality: 95))
         var options = DecodeOptions()
-        options.allowsEighthScaleDecoder = eighthDecoder
+        options.allowsReducedScaleDecoder = eighthDecoder
         let (thumbnail, reference) = try Self.thumbnailAndReference(jpeg, size: 100, options: options)
         #expect(thumbnail.statistics.codecWidth == 126, "1/8 scale: \(thumbnail.statistics.codecWidth)")
         let d = Self.differences(thumbnail.bitmap, reference)

@@ -9,11 +9,16 @@
 uint32_t lumen_lcms_type_cmyk_8_rev(void);
 
 /// Decodes a baseline (sequential Huffman, 8-bit, one interleaved scan) greyscale or YCbCr JPEG
-/// at 1/8 scale into `rgb` (`out_width`×`out_height`×3 bytes, which must be ceil(width / 8) ×
-/// ceil(height / 8)). Luma is the blocks' DC terms; 2× subsampled chroma is the exact 2×2 mean
-/// of each block. Returns 0 on success; non-zero when the data is outside that case or not
-/// clean (progressive, arithmetic, CMYK, separate scans, bad codes, cut short), and the caller
+/// at 1/`denominator` scale (8 or 4) into `rgb` (`out_width`×`out_height`×3 bytes, which must
+/// be ceil(width / denominator) × ceil(height / denominator)). Each output pixel is the exact
+/// mean of the block's transform over the pixels it covers (what TurboJPEG's reduced transforms
+/// compute too); chroma follows TurboJPEG's reduced decode (4:2:0 transformed at twice the
+/// scale, 4:2:2 at 1/4 upsampled across with libjpeg's triangle filter), except that where
+/// TurboJPEG repeats a DC (4:2:2, 4:4:0 at 1/8) the exact means are taken. Returns 0 on
+/// success; non-zero when the data is outside that case or not clean (progressive,
+/// arithmetic, CMYK, separate scans, bad codes, cut short, 4:4:0 at 1/4), and the caller
 /// should decode with TurboJPEG instead. `rgb` may be partly written then.
-int lumen_jpeg_decode_eighth(const uint8_t *data, size_t size, uint8_t *rgb, int out_width, int out_height);
+int lumen_jpeg_decode_reduced(
+    const uint8_t *data, size_t size, int denominator, uint8_t *rgb, int out_width, int out_height);
 
 #endif

@@ -53,8 +53,9 @@ enum JPEGCodec: ImageCodec {
         if options.maximumProgressiveScans <= 500 { flags |= TJFLAG_LIMITSCANS }
 
         let profile = options.convertsColorProfile ? markers.iccProfile : nil
-        if !isCMYK, options.allowsEighthScaleDecoder,
-           var bitmap = decodeEighth(data, markers: markers, info: info, width: width, height: height) {
+        if !isCMYK, options.allowsReducedScaleDecoder, factor == 0.125 || factor == 0.25,
+           var bitmap = decodeReduced(
+               data, markers: markers, info: info, denominator: Int(1 / factor), width: width, height: height) {
             if let profile {
                 bitmap = profile.withUnsafeBytes { ColorProfile.convertToSRGB(bitmap, profile: $0) }
             }
@@ -114,18 +115,21 @@ enum JPEGCodec: ImageCodec {
         return CodecOutput(bitmap: bitmap, isPartial: isCut, extent: extent)
     }
 
-    /// A 1/8-scale decode of a clean baseline JPEG by Lumen's own DC decoder
-    /// (`lumen_jpeg_decode_eighth`): the entropy-coded data is parsed once, coefficients that
-    /// cannot affect a 1/8-scale pixel are skipped instead of stored and transformed. `nil`
-    /// when `width`×`height` is not the 1/8 scale or the data is outside the decoder's case
-    /// (progressive, several scans, CMYK or Adobe RGB, damaged or cut short): TurboJPEG then
-    /// decodes as usual, with its own warnings and errors.
-    static func decodeEighth(
+    /// A 1/8- or 1/4-scale decode (`denominator` 8 or 4) of a clean baseline JPEG by Lumen's
+    /// own decoder (`lumen_jpeg_decode_reduced`): the entropy-coded data is parsed once, and
+    /// each coefficient that can affect a reduced pixel is folded straight into that pixel's
+    /// mean instead of being stored and transformed. Its output follows TurboJPEG's own scaled
+    /// decode (the same block means, the same chroma handling) to within rounding. `nil` when
+    /// `width`×`height` is not that scale or the data is outside the decoder's case
+    /// (progressive, several scans, CMYK or Adobe RGB, 4:4:0 at 1/4, damaged or cut short):
+    /// TurboJPEG then decodes as usual, with its own warnings and errors.
+    static func decodeReduced(
         _ data: UnsafeRawBufferPointer, markers: JPEGMarkers, info: (width: Int, height: Int, colorspace: Int32),
-        width: Int, height: Int
+        denominator: Int, width: Int, height: Int
     ) -> Bitmap? {
-        guard info.width > 8 || info.height > 8,
-              width == (info.width + 7) / 8, height == (info.height + 7) / 8,
+        guard denominator == 8 || denominator == 4, info.width > 8 || info.height > 8,
+              width == (info.width + denominator - 1) / denominator,
+              height == (info.height + denominator - 1) / denominator,
               let frame = markers.frame, frame.components == 1 || frame.components == 3,
               !markers.isProgressive, markers.scanCount == 1, markers.reachedEnd, !markers.isTruncated,
               markers.adobeTransform == nil || markers.adobeTransform == 1,
@@ -133,8 +137,9 @@ enum JPEGCodec: ImageCodec {
         else { return nil }
         var status: Int32 = -1
         let bitmap = Bitmap(width: width, height: height, format: .rgb8) { dst in
-            status = lumen_jpeg_decode_eighth(
-                base.assumingMemoryBound(to: UInt8.self), data.count, dst.baseAddress, Int32(width), Int32(height))
+            status = lumen_jpeg_decode_reduced(
+                base.assumingMemoryBound(to: UInt8.self), data.count, Int32(denominator), dst.baseAddress,
+                Int32(width), Int32(height))
             if status != 0 { dst.initialize(repeating: 0) }
         }
         return status == 0 ? bitmap : nil
@@ -268,10 +273,28 @@ enum JPEGCodec: ImageCodec {
 }
 
 extension JPEGCodec {
+    /// Chroma subsampling for ``encode(_:quality:progressive:subsampling:)``; `grey` keeps the
+    /// luma alone.
+    enum Subsampling {
+        case s444, s422, s420, grey
+
+        var turbo: TJSAMP {
+            switch self {
+            case .s444: TJSAMP_444
+            case .s422: TJSAMP_422
+            case .s420: TJSAMP_420
+            case .grey: TJSAMP_GRAY
+            }
+        }
+    }
+
     /// `image` encoded as a JPEG at `quality` (clamped to 1–100) with 4:2:0 chroma
-    /// subsampling, progressive when asked. Alpha is dropped.
+    /// subsampling (or `subsampling`: the public API only uses 4:2:0; the others are for
+    /// tests), progressive when asked. Alpha is dropped.
     /// - Throws: ``ImagingError/encodingFailed(reason:)``.
-    static func encode(_ image: Bitmap, quality: Int, progressive: Bool) throws(ImagingError) -> Data {
+    static func encode(
+        _ image: Bitmap, quality: Int, progressive: Bool, subsampling: Subsampling = .s420
+    ) throws(ImagingError) -> Data {
         guard image.width <= 65_535, image.height <= 65_535 else {
             throw .encodingFailed(reason: "JPEG cannot hold a \(image.width)x\(image.height) image (65535 max)")
         }
@@ -287,7 +310,7 @@ extension JPEGCodec {
         let status = image.pixels.withUnsafeBufferPointer { src in
             tjCompress2(
                 handle, src.baseAddress, Int32(image.width), 0, Int32(image.height), Int32(format.rawValue),
-                &buffer, &size, Int32(TJSAMP_420.rawValue), Int32(min(max(quality, 1), 100)), flags)
+                &buffer, &size, Int32(subsampling.turbo.rawValue), Int32(min(max(quality, 1), 100)), flags)
         }
         guard status == 0, let buffer, size > 0 else {
             throw .encodingFailed(reason: String(cString: tjGetErrorStr2(handle)))

@@ -58,10 +58,11 @@ public struct DecodeOptions: Sendable, Hashable {
     public var convertsColorProfile: Bool
     /// The most scans a progressive JPEG may have before it is refused as hostile. Default 100.
     public var maximumProgressiveScans: Int
-    /// Whether a 1/8-scale JPEG decode may use Lumen's own DC decoder instead of TurboJPEG.
-    /// Off only for ``ImageDecoder/decodeAtCodecScale(_:options:)`` (TurboJPEG's floor) and
-    /// for tests that compare the two.
-    var allowsEighthScaleDecoder = true
+    /// Whether a 1/8- or 1/4-scale JPEG decode may use Lumen's own reduced-scale decoder
+    /// (`lumen_jpeg_decode_reduced`) instead of TurboJPEG. Off only for
+    /// ``ImageDecoder/decodeAtCodecScale(_:options:)`` (TurboJPEG's floor) and for tests that
+    /// compare the two.
+    var allowsReducedScaleDecoder = true
     /// Whether a PNG that ISA-L's row reader can read (8-bit, non-interlaced RGB or RGBA) is
     /// inflated with it instead of libspng's zlib. Off only for tests that compare the two.
     var allowsFastPNGRows = true

@@ -134,7 +134,7 @@ public enum ImageDecoder {
     /// - Throws: ``ImagingError``.
     public static func decodeAtCodecScale(_ data: Data, options: DecodeOptions) throws(ImagingError) -> Bitmap {
         var options = options
-        options.allowsEighthScaleDecoder = false
+        options.allowsReducedScaleDecoder = false
         return try withBytes(data) { bytes throws(ImagingError) in
             let header = try header(for: bytes, options: options)
             try checkLimit(header, frames: 1, options: options)
