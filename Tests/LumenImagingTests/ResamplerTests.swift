@@ -228,6 +228,34 @@ struct ResamplerTests {
         }
     }
 
+    /// Cached tables are the tables the arguments give (extent and output window included),
+    /// the cache stays bounded, and tables too large to keep are built each time.
+    @Test func cachedWeightsAreTheWeightsOfTheirArguments() {
+        func same(_ a: FilterWeights, _ b: FilterWeights) -> Bool {
+            a.sourceCount == b.sourceCount && a.count == b.count && a.stride == b.stride
+                && (0..<a.count).allSatisfy { i in a.taps(of: i).elementsEqual(b.taps(of: i)) { $0.index == $1.index && $0.weight == $1.weight } }
+        }
+        let cases: [(Int, Int, Double?, Range<Int>?, Resampler.Filter)] = [
+            (300, 256, nil, nil, .lanczos3), (300, 256, nil, nil, .lanczos2), (300, 256, 299.5, nil, .lanczos3),
+            (300, 256, nil, 10..<200, .lanczos3), (301, 256, nil, nil, .lanczos3), (300, 255, nil, nil, .lanczos3),
+        ]
+        for _ in 0..<2 {  // the second pass reads the cache
+            for (source, destination, extent, outputs, filter) in cases {
+                let cached = FilterWeights.cached(resampling: source, to: destination, extent: extent, outputs: outputs, filter: filter)
+                let built = FilterWeights(resampling: source, to: destination, extent: extent, outputs: outputs, filter: filter)
+                #expect(same(cached, built), "\(source)→\(destination) extent \(String(describing: extent)) outputs \(String(describing: outputs)) \(filter)")
+            }
+        }
+        for destination in 1...(FilterWeights.cacheCapacity * 2) {
+            _ = FilterWeights.cached(resampling: 64, to: destination, filter: .triangle)
+        }
+        #expect(FilterWeights.cache.withLock { $0.count } <= FilterWeights.cacheCapacity)
+        // 10 000 outputs: far more weights than the cache keeps.
+        let large = FilterWeights.cached(resampling: 20_000, to: 10_000, filter: .lanczos3)
+        #expect(large.count * large.stride > FilterWeights.cacheableEntries)
+        #expect(!FilterWeights.cache.withLock { $0.contains(source: 20_000) })
+    }
+
     @Test(arguments: [PixelFormat.rgb8, .rgba8])
     func flatImageStaysFlat(_ format: PixelFormat) {
         let image = SyntheticImages.flat(width: 123, height: 77, (200, 13, 99, 180), format: format)

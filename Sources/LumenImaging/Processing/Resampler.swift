@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Resizes bitmaps with a separable, high-quality convolution filter (Lanczos-3 by default).
 ///
@@ -64,8 +65,8 @@ public enum Resampler {
         precondition(width > 0 && height > 0, "Resampler: target size must be positive, got \(width)x\(height)")
         if width == image.width && height == image.height { return image }
         let image = boundingTaps(image, width: width, height: height, outputs: (width, height), filter: filter)
-        let horizontal = FilterWeights(resampling: image.width, to: width, filter: filter)
-        let vertical = FilterWeights(resampling: image.height, to: height, filter: filter)
+        let horizontal = FilterWeights.cached(resampling: image.width, to: width, filter: filter)
+        let vertical = FilterWeights.cached(resampling: image.height, to: height, filter: filter)
         return convolve(image, horizontal: horizontal, vertical: vertical)
     }
 
@@ -94,8 +95,8 @@ public enum Resampler {
         // A box reduction for extreme ratios rescales the extent with the grid.
         let extentWidth = extent.map { $0.width * Double(image.width) / Double(original.width) }
         let extentHeight = extent.map { $0.height * Double(image.height) / Double(original.height) }
-        let horizontal = FilterWeights(resampling: image.width, to: width, extent: extentWidth, outputs: columns, filter: filter)
-        let vertical = FilterWeights(resampling: image.height, to: height, extent: extentHeight, outputs: rows, filter: filter)
+        let horizontal = FilterWeights.cached(resampling: image.width, to: width, extent: extentWidth, outputs: columns, filter: filter)
+        let vertical = FilterWeights.cached(resampling: image.height, to: height, extent: extentHeight, outputs: rows, filter: filter)
         return convolve(image, horizontal: horizontal, vertical: vertical)
     }
 
@@ -353,6 +354,59 @@ struct FilterWeights: Sendable {
             return (center, { x in filter.value(at: x * filterScale) })
         }
     }
+
+    /// The resampling weights for these arguments, from a small cache shared by all threads:
+    /// thumbnails of one feed resample between a handful of sizes, and a table costs two
+    /// `sin` calls per tap to build. Tables of more than ``cacheableEntries`` weights are built
+    /// each time; the cache keeps the ``cacheCapacity`` most recently used.
+    static func cached(resampling source: Int, to destination: Int, extent: Double? = nil, outputs: Range<Int>? = nil,
+                       filter: Resampler.Filter) -> FilterWeights {
+        let key = CacheKey(source: source, destination: destination, extent: extent, outputs: outputs ?? 0..<destination, filter: filter)
+        if let hit = cache.withLock({ $0.get(key) }) { return hit }
+        let weights = FilterWeights(resampling: source, to: destination, extent: extent, outputs: outputs, filter: filter)
+        if weights.count * weights.stride <= cacheableEntries {
+            cache.withLock { $0.put(key, weights) }
+        }
+        return weights
+    }
+
+    /// The largest table the cache keeps, in weights (16 bytes each): 64 KB.
+    static let cacheableEntries = 4096
+    /// How many tables the cache keeps (at most 1 MB).
+    static let cacheCapacity = 16
+
+    struct CacheKey: Hashable {
+        var source: Int
+        var destination: Int
+        var extent: Double?
+        var outputs: Range<Int>
+        var filter: Resampler.Filter
+    }
+
+    /// A least-recently-used table cache (a handful of entries: a linear scan is cheapest).
+    struct WeightCache {
+        private var entries: [(key: CacheKey, weights: FilterWeights)] = []
+
+        mutating func get(_ key: CacheKey) -> FilterWeights? {
+            guard let i = entries.firstIndex(where: { $0.key == key }) else { return nil }
+            let entry = entries.remove(at: i)
+            entries.append(entry)
+            return entry.weights
+        }
+
+        mutating func put(_ key: CacheKey, _ weights: FilterWeights) {
+            entries.removeAll { $0.key == key }
+            if entries.count >= FilterWeights.cacheCapacity { entries.removeFirst() }
+            entries.append((key, weights))
+        }
+
+        var count: Int { entries.count }
+
+        /// Whether a table for a source of `source` samples is kept (tests).
+        func contains(source: Int) -> Bool { entries.contains { $0.key.source == source } }
+    }
+
+    static let cache = Mutex(WeightCache())
 
     /// Gaussian blur weights (same size in and out) with standard deviation `sigma`, truncated
     /// at 3 σ.
