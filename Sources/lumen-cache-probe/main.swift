@@ -4,8 +4,8 @@
 //       stores keys PREFIX-0 … PREFIX-(N-1), ROUNDS times over (seeds SEED, SEED+1, …),
 //       then flushes. Each payload is derivable from its key and seed (see `payload`).
 //   lumen-cache-probe write-and-exit DIR PREFIX N SIZE
-//       stores keys PREFIX-0 … PREFIX-(N-1) (seed 1) and exits at once, without flushing:
-//       the writes still queued must land before the process ends.
+//       stores keys PREFIX-0 … PREFIX-(N-1) (seed 1) and exits at once, without flushing,
+//       while writes are still queued or running: the exit must be clean.
 //   lumen-cache-probe read DIR PREFIX N [PASSES] [--require-all]
 //       reads every key PASSES times and verifies every byte of every hit; with
 //       --require-all any miss is a failure too (for pre-populated keys: an atomic

@@ -84,7 +84,14 @@ struct BackgroundQueueTests {
         #expect(niceness.first == 19)
         #expect(niceness.last == Self.niceness(), "the jobs after the handover run at the test's priority: \(niceness)")
         #endif
-        // The normal-priority thread ends with the backlog; the next job starts a lowered one.
+        // The normal-priority thread ends with the backlog (just after its last job signalled
+        // the test); the next job then starts a lowered one.
+        var spins = 0
+        while queue.runsLowered != nil && spins < 10_000_000 {
+            sched_yield()
+            spins += 1
+        }
+        #expect(queue.runsLowered == nil, "the normal-priority thread ends once the queue is empty")
         let later = Mutex<Int32?>(nil)
         queue.sync { later.withLock { $0 = Self.niceness() } }
         #if os(Linux)

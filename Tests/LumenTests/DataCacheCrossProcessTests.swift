@@ -118,17 +118,23 @@ struct DataCacheCrossProcessTests {
         #expect(failures.all.isEmpty)
     }
 
-    /// Writes run at the lowest CPU priority and may still be queued when the program ends:
-    /// they land before it does.
-    @Test func writesStillQueuedWhenTheProcessExitsLand() async throws {
-        let dir = try CacheTestDirectory()
-        let writer = try Probe(["write-and-exit", dir.path, "k", "\(Self.keyCount)", "\(Self.payloadSize)"])
-        #expect(await writer.exitStatus() == 0, "\(writer.printed)")
-        let reader = DataCache(name: "x", directory: dir.url)
-        for i in 0..<Self.keyCount {
-            let key = "k-\(i)"
-            let hit = try #require(reader.cachedData(for: key), "\(key) was lost")
-            #expect(probeVerify(key: key, data: hit.data, etag: hit.metadata.etag) == 1)
+    /// Writes run at the lowest CPU priority and may still be queued or running when the
+    /// program ends: it exits cleanly (no job runs on while the runtime is torn down), and
+    /// every entry on disk reads back exactly (the ones still queued are simply not there).
+    @Test func exitingWithWritesQueuedIsCleanAndLeavesNoBrokenEntry() async throws {
+        for _ in 0..<5 {
+            let dir = try CacheTestDirectory()
+            let writer = try Probe(["write-and-exit", dir.path, "k", "\(Self.keyCount)", "\(Self.payloadSize)"])
+            #expect(await writer.exitStatus() == 0, "\(writer.printed)")
+            let failures = CacheTestRecorder<DataCache.Failure>()
+            let reader = DataCache(name: "x", directory: dir.url) { failures.record($0) }
+            for i in 0..<Self.keyCount {
+                let key = "k-\(i)"
+                if let hit = reader.cachedData(for: key) {
+                    #expect(probeVerify(key: key, data: hit.data, etag: hit.metadata.etag) == 1)
+                }
+            }
+            #expect(failures.all.isEmpty)
         }
     }
 

@@ -49,7 +49,8 @@ public protocol DataCaching: Sendable {
 ///   they wait for CPU time nothing else wants instead of slowing down decoding; more than
 ///   64 MB of writes waiting run at normal priority. Until an operation lands, reads in this
 ///   process already see its effect. ``flush()-5e3t9`` (or its `async` variant) waits for the
-///   queue.
+///   queue; call it before the program exits to keep what is still queued (at exit, the write
+///   running finishes and the rest are dropped).
 /// - **Failures.** A missing directory is recreated by the next write. A read-only, full or
 ///   otherwise unusable directory drops the write and reports it through `onFailure`; nothing
 ///   is thrown at the caller.
@@ -197,6 +198,10 @@ public final class DataCache: DataCaching {
         self.clock = clock
         self.onFailure = onFailure
         self.store = DiskStore(directory: directory.path, syncsToDisk: syncsToDisk)
+        // OpenSSL sets itself up (and registers its clean-up at exit) on first use: done here,
+        // before the queue's own exit handler, which must run while the writes' libraries
+        // still stand (see `BackgroundQueue`).
+        _ = Self.filename(for: name)
         self.queue = BackgroundQueue(name: "lumen.data-cache.\(name)")
         queue.async { [self] in
             do {

@@ -19,9 +19,11 @@ import Glibc
 /// The thread ends after ``idleLifetime`` seconds without work and starts again with the next
 /// job, so an unused queue holds no thread.
 ///
-/// **Exit.** When the process exits normally (`exit`, or returning from `main`), the jobs still
-/// waiting run on the exiting thread before the libraries are torn down: nothing queued is
-/// lost, and no job is still running while the process dismantles itself.
+/// **Exit.** When the process exits normally (`exit`, or returning from `main`), the exit waits
+/// for the job running, if any, and no other job starts: Swift code still running while the
+/// runtime's static state is torn down can crash, so the jobs still waiting are dropped (call
+/// the owner's flush first to keep them). A job queued during the exit runs on the caller's
+/// thread.
 final class BackgroundQueue: @unchecked Sendable { // mutable state is guarded by `condition`
     private let name: String
     private let backlogLimit: Int
@@ -36,10 +38,6 @@ final class BackgroundQueue: @unchecked Sendable { // mutable state is guarded b
     private var owner: (lowered: Bool, thread: pthread_t?)?
     /// A normal-priority thread was started to take over from the low-priority one.
     private var handingOver = false
-    /// A thread is running a job (outside the lock).
-    private var isRunningJob = false
-    /// The process is exiting: the exiting thread runs what is left, threads take no more jobs.
-    private var isExiting = false
 
     /// - Parameters:
     ///   - backlogLimit: the waiting jobs' summed cost above which they run at normal priority.
@@ -48,22 +46,16 @@ final class BackgroundQueue: @unchecked Sendable { // mutable state is guarded b
         self.name = name
         self.backlogLimit = backlogLimit
         self.idleLifetime = idleLifetime
-        Self.exitHandler
-        Self.live.withLock { $0[ObjectIdentifier(self)] = Weak(queue: self) }
-    }
-
-    deinit {
-        Self.live.withLock { $0[ObjectIdentifier(self)] = nil }
+        _ = Self.exit.isExiting.load(ordering: .sequentiallyConsistent)  // initialised before any exit
     }
 
     /// Queues `job`; `cost` counts towards the backlog (bytes the job holds, say) until it runs.
     func async(cost: Int = 0, _ job: @escaping @Sendable () -> Void) {
-        condition.lock()
-        if isExiting {
-            condition.unlock()
+        if Self.exit.isExiting.load(ordering: .sequentiallyConsistent) {
             job()
             return
         }
+        condition.lock()
         jobs.append((cost, job))
         backlog += cost
         // A thread to start, and whether at low priority.
@@ -123,10 +115,6 @@ final class BackgroundQueue: @unchecked Sendable { // mutable state is guarded b
         }
         owner = (lowered, pthread_self())
         while true {
-            if isExiting {
-                // Never to run again: the exiting thread took over.
-                while true { condition.wait() }
-            }
             if lowered && handingOver {
                 owner = (false, nil)  // kept for the normal-priority thread
                 condition.unlock()
@@ -141,14 +129,11 @@ final class BackgroundQueue: @unchecked Sendable { // mutable state is guarded b
                     jobs.removeAll(keepingCapacity: true)
                     head = 0
                 }
-                isRunningJob = true
                 condition.unlock()
-                job()
+                Self.exit.run(job)
                 condition.lock()
-                isRunningJob = false
                 // The cost counts until the job ran: its bytes are held until then.
                 backlog -= cost
-                if isExiting { condition.broadcast() }
                 continue
             }
             // Out of work: a normal-priority thread ends at once, a low-priority one after
@@ -164,37 +149,40 @@ final class BackgroundQueue: @unchecked Sendable { // mutable state is guarded b
 
     // MARK: Exit
 
-    private struct Weak { weak var queue: BackgroundQueue? }
+    /// What the exit handler and the job threads share: plain atomics, so that the handler
+    /// calls nothing that the runtime's teardown could have dismantled.
+    final class ExitGate: Sendable {
+        let isExiting = Atomic<Bool>(false)
+        let runningJobs = Atomic<Int>(0)
 
-    /// Every queue alive, for the exit handler.
-    private static let live = Mutex<[ObjectIdentifier: Weak]>([:])
+        /// Runs `job` unless the process is exiting; then the thread stops here for good.
+        func run(_ job: () -> Void) {
+            runningJobs.add(1, ordering: .sequentiallyConsistent)
+            if isExiting.load(ordering: .sequentiallyConsistent) {
+                runningJobs.subtract(1, ordering: .sequentiallyConsistent)
+                while true { pause() }
+            }
+            job()
+            runningJobs.subtract(1, ordering: .sequentiallyConsistent)
+            BackgroundQueue.exitHandler
+        }
 
-    /// Registers the exit handler, once.
+        /// The exit handler: no job starts from now on; waits for those running.
+        func close() {
+            isExiting.store(true, ordering: .sequentiallyConsistent)
+            while runningJobs.load(ordering: .sequentiallyConsistent) > 0 { usleep(100) }
+        }
+    }
+
+    static let exit = ExitGate()
+
+    /// Registers the exit handler, once, after a first job ran: handlers run in the reverse
+    /// order of registration, so it runs before the clean-up of what was set up before it
+    /// (the runtime's state for the jobs; libraries the owner initialised first, as the disk
+    /// cache does OpenSSL) and the jobs it waits for still find them standing.
     private static let exitHandler: Void = {
-        atexit { BackgroundQueue.drainAllForExit() }
+        atexit { BackgroundQueue.exit.close() }
     }()
-
-    private static func drainAllForExit() {
-        let queues = live.withLock { $0.values.compactMap(\.queue) }
-        for queue in queues { queue.drainForExit() }
-    }
-
-    /// Waits for the running job (unless it is the one exiting), then runs the waiting ones on
-    /// the calling thread.
-    private func drainForExit() {
-        condition.lock()
-        isExiting = true
-        let exitingFromAJob = owner?.thread.map { pthread_equal($0, pthread_self()) != 0 } ?? false
-        while isRunningJob && !exitingFromAJob { condition.wait() }
-        owner = (false, pthread_self())  // the jobs may check that they run on the queue
-        let remaining = jobs[head...].map(\.job)
-        jobs.removeAll()
-        head = 0
-        backlog = 0
-        condition.unlock()
-        condition.broadcast()
-        for job in remaining { job() }
-    }
 
     /// Gives the calling thread the lowest priority an unprivileged process may set. On Linux
     /// the nice value is per thread, and `who = 0` means the calling thread.
