@@ -1,3 +1,4 @@
+import CLumenShim
 import Foundation
 import Synchronization
 
@@ -13,7 +14,10 @@ import Synchronization
 ///   way out, so transparent pixels never bleed their (meaningless) colour into their
 ///   neighbours: no dark fringes around transparent areas.
 /// - Arithmetic is 32-bit float, four channels at a time; the result is rounded to nearest and
-///   clamped to 0…255 (the filter's negative lobes can overshoot).
+///   clamped to 0…255 (the filter's negative lobes can overshoot). On x86-64 CPUs with AVX2 and
+///   FMA the inner loops run in C (`lumen_resample.c`), two pixels or two taps per instruction
+///   with fused multiply-adds; sums are then associated differently, so a channel may differ by
+///   one level from the portable loops.
 /// - Memory: one expanded source row plus a ring of horizontally filtered rows as tall as the
 ///   vertical filter, never a full-size intermediate image.
 ///
@@ -62,12 +66,17 @@ public enum Resampler {
     /// - Complexity: O(source rows × `width` × horizontal taps + `height` × `width` × vertical
     ///   taps), where taps ≈ 2 × support × max(1, source / destination).
     public static func resample(_ image: Bitmap, width: Int, height: Int, filter: Filter = .lanczos3) -> Bitmap {
+        resample(image, width: width, height: height, filter: filter, kernel: .best)
+    }
+
+    /// `resample(_:width:height:filter:)` with the inner loops of `kernel` (tests run both).
+    static func resample(_ image: Bitmap, width: Int, height: Int, filter: Filter, kernel: Kernel) -> Bitmap {
         precondition(width > 0 && height > 0, "Resampler: target size must be positive, got \(width)x\(height)")
         if width == image.width && height == image.height { return image }
         let image = boundingTaps(image, width: width, height: height, outputs: (width, height), filter: filter)
         let horizontal = FilterWeights.cached(resampling: image.width, to: width, filter: filter)
         let vertical = FilterWeights.cached(resampling: image.height, to: height, filter: filter)
-        return convolve(image, horizontal: horizontal, vertical: vertical)
+        return convolve(image, horizontal: horizontal, vertical: vertical, kernel: kernel)
     }
 
     /// The window `columns`×`rows` of `image` resampled to `width`×`height`: exactly the pixels
@@ -81,7 +90,7 @@ public enum Resampler {
     /// not a multiple of the reduction): the output spans that extent, not the whole pixel grid.
     static func resample(
         _ image: Bitmap, width: Int, height: Int, columns: Range<Int>, rows: Range<Int>, filter: Filter = .lanczos3,
-        extent: (width: Double, height: Double)? = nil
+        extent: (width: Double, height: Double)? = nil, kernel: Kernel = .best
     ) -> Bitmap {
         precondition(
             !columns.isEmpty && !rows.isEmpty && columns.lowerBound >= 0 && rows.lowerBound >= 0
@@ -97,14 +106,35 @@ public enum Resampler {
         let extentHeight = extent.map { $0.height * Double(image.height) / Double(original.height) }
         let horizontal = FilterWeights.cached(resampling: image.width, to: width, extent: extentWidth, outputs: columns, filter: filter)
         let vertical = FilterWeights.cached(resampling: image.height, to: height, extent: extentHeight, outputs: rows, filter: filter)
-        return convolve(image, horizontal: horizontal, vertical: vertical)
+        return convolve(image, horizontal: horizontal, vertical: vertical, kernel: kernel)
+    }
+
+    /// Which implementation of the inner loops ``convolve(_:horizontal:vertical:kernel:)`` runs.
+    /// Both compute the same sums with the same tables; they differ in the order of the
+    /// additions and in fused multiply-adds.
+    enum Kernel: Sendable, Hashable, CustomStringConvertible {
+        /// The Swift loops below: 128-bit vectors (one pixel per instruction), any CPU.
+        case portable
+        /// `lumen_resample.c`: AVX2 and FMA. Only on x86-64 CPUs that have both.
+        case avx2
+
+        /// The fastest kernel this CPU runs.
+        static let best: Kernel = isAVX2Available ? .avx2 : .portable
+        /// Whether this CPU has AVX2 and FMA (always false off x86-64).
+        static let isAVX2Available = lumen_resample_avx2_available() != 0
+        /// Every kernel this CPU runs.
+        static var available: [Kernel] { isAVX2Available ? [.portable, .avx2] : [.portable] }
+
+        var description: String { self == .avx2 ? "avx2" : "portable" }
     }
 
     /// Runs the separable convolution described by `horizontal` (source width → output width)
     /// and `vertical` (source height → output height) over `image`: the engine shared by
     /// resampling and blurring.
-    static func convolve(_ image: Bitmap, horizontal: FilterWeights, vertical: FilterWeights) -> Bitmap {
+    static func convolve(_ image: Bitmap, horizontal: FilterWeights, vertical: FilterWeights, kernel: Kernel = .best) -> Bitmap {
         precondition(horizontal.sourceCount == image.width && vertical.sourceCount == image.height)
+        precondition(kernel == .portable || Kernel.isAVX2Available, "Resampler: this CPU has no AVX2 and FMA")
+        let avx2 = kernel == .avx2
         let dstW = horizontal.count, dstH = vertical.count
         let srcW = image.width
         let format = image.format
@@ -143,19 +173,31 @@ public enum Resampler {
                                 let out = ring + slot * dstW
                                 if slotRow[slot] != row {
                                     let s = src + row * srcRowBytes
-                                    if premultiplied {
+                                    if avx2 {
+                                        lumen_resample_filter_row_avx2(
+                                            s, srcW, premultiplied ? 1 : 0, floats(expanded), floats(out), dstW, hStarts,
+                                            hCounts, floats(hWeights), hStride)
+                                    } else if premultiplied {
                                         expandPremultiplying(s, count: srcW, into: expanded)
                                     } else {
                                         expandRGB(s, count: srcW, into: expanded)
                                     }
-                                    filterRow(expanded, into: out, count: dstW, starts: hStarts, counts: hCounts,
-                                              weights: hWeights, stride: hStride)
+                                    if !avx2 {
+                                        filterRow(expanded, into: out, count: dstW, starts: hStarts, counts: hCounts,
+                                                  weights: hWeights, stride: hStride)
+                                    }
                                     slotRow[slot] = row
                                 }
                                 window[k] = UnsafePointer(out)
                             }
-                            sumRows(window, count: n, weights: vWeights + y * vStride, width: dstW, into: accumulator)
                             let d = dst + y * dstW * channels
+                            if avx2 {
+                                lumen_resample_sum_rows_avx2(
+                                    UnsafePointer(OpaquePointer(window)), n, floats(vWeights + y * vStride), dstW,
+                                    premultiplied ? 1 : 0, d)
+                                continue
+                            }
+                            sumRows(window, count: n, weights: vWeights + y * vStride, width: dstW, into: accumulator)
                             if premultiplied {
                                 for x in 0..<dstW { storeUnpremultiplying(accumulator[x], to: d + x * 4) }
                             } else {
@@ -233,6 +275,15 @@ public enum Resampler {
     }
 
     // MARK: - Inner loops
+
+    /// A pixel or weight pointer as the C kernels take it: 4 floats per element.
+    @inline(__always)
+    private static func floats(_ p: UnsafePointer<SIMD4<Float>>) -> UnsafePointer<Float> { UnsafePointer(OpaquePointer(p)) }
+
+    @inline(__always)
+    private static func floats(_ p: UnsafeMutablePointer<SIMD4<Float>>) -> UnsafeMutablePointer<Float> {
+        UnsafeMutablePointer(OpaquePointer(p))
+    }
 
     /// One horizontal pass: `out[x] = Σ row[starts[x] + t] × weights[x × stride + t]`. Tap
     /// counts are padded to a multiple of 4 (the weight table's padding is zero) and summed in
