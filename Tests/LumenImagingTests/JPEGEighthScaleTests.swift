@@ -176,7 +176,16 @@ struct JPEGEighthScaleTests {
             (try CorpusJPEG.photoLike(width: 1024, height: 800).encode(as: .jpeg(quality: 80)), 128, 100, 60),
             (Self.restart422, 9, 6, 300), (Self.greyRestart, 9, 6, 300),
         ]
-        var random = SeededRandom(seed: 8)
+        Self.damageAndDecode(sources, denominator: 8, seed: 8) { $0 * 7 / 8 }
+    }
+
+    /// Damages each source (data, width, height, rounds) `rounds` times (1–6 random bytes, and half the time a cut) and runs
+    /// it through Lumen's reduced-scale decoder at 1/`denominator` (into a buffer of the given
+    /// width and height) and through `ImageDecoder.decode` at `.maxPixelSize(size(width))`:
+    /// neither may crash, whatever they answer.
+    static func damageAndDecode(_ sources: [(Data, Int, Int, Int)], denominator: Int32,
+                                seed: UInt64, size: (Int) -> Int) {
+        var random = SeededRandom(seed: seed)
         for (source, width, height, rounds) in sources {
             var output = [UInt8](repeating: 0, count: width * height * 3)
             for _ in 0..<rounds {
@@ -187,10 +196,10 @@ struct JPEGEighthScaleTests {
                 if Bool.random(using: &random) { bytes.removeLast(Int.random(in: 0..<(bytes.count / 2), using: &random)) }
                 _ = bytes.withUnsafeBufferPointer { b in
                     output.withUnsafeMutableBufferPointer { o in
-                        lumen_jpeg_decode_reduced(b.baseAddress, b.count, 8, o.baseAddress, Int32(width), Int32(height))
+                        lumen_jpeg_decode_reduced(b.baseAddress, b.count, denominator, o.baseAddress, Int32(width), Int32(height))
                     }
                 }
-                _ = try? ImageDecoder.decode(Data(bytes), options: DecodeOptions(size: .maxPixelSize(width * 7 / 8)))
+                _ = try? ImageDecoder.decode(Data(bytes), options: DecodeOptions(size: .maxPixelSize(size(width))))
             }
         }
     }

@@ -227,22 +227,6 @@ struct JPEGQuarterScaleTests {
             (try CorpusJPEG.photoLike(width: 640, height: 480).encode(as: .jpeg(quality: 80)), 160, 120, 60),
             (JPEGEighthScaleTests.restart422, 17, 12, 250), (JPEGEighthScaleTests.greyRestart, 17, 12, 150),
         ]
-        var random = SeededRandom(seed: 4)
-        for (source, width, height, rounds) in sources {
-            var output = [UInt8](repeating: 0, count: width * height * 3)
-            for _ in 0..<rounds {
-                var bytes = [UInt8](source)
-                for _ in 0..<Int.random(in: 1...6, using: &random) {
-                    bytes[Int.random(in: 2..<bytes.count, using: &random)] = UInt8.random(in: 0...255, using: &random)
-                }
-                if Bool.random(using: &random) { bytes.removeLast(Int.random(in: 0..<(bytes.count / 2), using: &random)) }
-                _ = bytes.withUnsafeBufferPointer { b in
-                    output.withUnsafeMutableBufferPointer { o in
-                        lumen_jpeg_decode_reduced(b.baseAddress, b.count, 4, o.baseAddress, Int32(width), Int32(height))
-                    }
-                }
-                _ = try? ImageDecoder.decode(Data(bytes), options: DecodeOptions(size: .maxPixelSize(width)))
-            }
-        }
+        JPEGEighthScaleTests.damageAndDecode(sources, denominator: 4, seed: 4) { $0 }
     }
 }
