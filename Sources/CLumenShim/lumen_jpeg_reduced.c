@@ -440,7 +440,8 @@ static inline __attribute__((always_inline)) int accumulate_ac(
 }
 
 int lumen_jpeg_decode_reduced(
-    const uint8_t *data, size_t size, int denominator, uint8_t *rgb, int out_width, int out_height) {
+    const uint8_t *data, size_t size, int denominator, uint8_t *rgb, int out_width, int out_height,
+    const int *cancelled) {
     uint16_t quant[4][64];
     int have_quant[4] = {0};
     HuffTable *tables = calloc(8, sizeof(HuffTable));  // 0-3 DC, 4-7 AC
@@ -620,6 +621,10 @@ scan:;
     int mcus_left = restart_interval;
     int expected_rst = 0;
     for (int my = 0; my < mcus_y; my++) {
+        if (lumen_flag_is_set(cancelled)) {
+            status = LUMEN_DECODE_CANCELLED;
+            goto done;
+        }
         for (int mx = 0; mx < mcus_x; mx++) {
             if (restart_interval) {
                 if (mcus_left == 0) {

@@ -10,13 +10,14 @@ import Testing
 @Suite(.timeLimit(.minutes(1)))
 struct JPEGEighthScaleTests {
     /// The 1/`denominator` decode by Lumen's decoder, `nil` when it declines.
-    static func reduced(_ data: Data, denominator: Int = 8) throws -> Bitmap? {
+    static func reduced(_ data: Data, denominator: Int = 8, cancellation: DecodeCancellation? = nil) throws -> Bitmap? {
         try data.withUnsafeBytes { bytes throws(ImagingError) -> Bitmap? in
             let markers = try JPEGMarkers(walking: bytes, scanLimit: 100)
             guard let frame = markers.frame else { return nil }
-            return JPEGCodec.decodeReduced(
+            return try JPEGCodec.decodeReduced(
                 bytes, markers: markers, info: (frame.width, frame.height, 0), denominator: denominator,
-                width: (frame.width + denominator - 1) / denominator, height: (frame.height + denominator - 1) / denominator)
+                width: (frame.width + denominator - 1) / denominator, height: (frame.height + denominator - 1) / denominator,
+                cancellation: cancellation)
         }
     }
 
@@ -196,7 +197,7 @@ struct JPEGEighthScaleTests {
                 if Bool.random(using: &random) { bytes.removeLast(Int.random(in: 0..<(bytes.count / 2), using: &random)) }
                 _ = bytes.withUnsafeBufferPointer { b in
                     output.withUnsafeMutableBufferPointer { o in
-                        lumen_jpeg_decode_reduced(b.baseAddress, b.count, denominator, o.baseAddress, Int32(width), Int32(height))
+                        lumen_jpeg_decode_reduced(b.baseAddress, b.count, denominator, o.baseAddress, Int32(width), Int32(height), nil)
                     }
                 }
                 _ = try? ImageDecoder.decode(Data(bytes), options: DecodeOptions(size: .maxPixelSize(size(width))))

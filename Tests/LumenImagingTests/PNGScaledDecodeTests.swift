@@ -107,6 +107,7 @@ struct PNGScaledDecodeTests {
         case .tooLarge: "tooLarge"
         case .encodingFailed: "encodingFailed"
         case .invalidArgument: "invalidArgument"
+        case .cancelled: "cancelled"
         }
     }
 }

@@ -3,6 +3,7 @@
 // CLumenShim helpers for the JPEG codec and colour management.
 #include <stddef.h>
 #include <stdint.h>
+#include "lumen_flag.h"
 
 /// lcms2's TYPE_CMYK_8_REV (inverted "Adobe" CMYK, 255 = no ink) is built from function-like
 /// macros, which Swift does not import.
@@ -18,7 +19,14 @@ uint32_t lumen_lcms_type_cmyk_8_rev(void);
 /// success; non-zero when the data is outside that case or not clean (progressive,
 /// arithmetic, CMYK, separate scans, bad codes, cut short, 4:4:0 at 1/4), and the caller
 /// should decode with TurboJPEG instead. `rgb` may be partly written then.
+///
+/// `cancelled` (may be NULL) is a flag read before each row of MCUs (see `lumen_flag_set`):
+/// once it is set the decode stops and returns ``LUMEN_DECODE_CANCELLED``.
 int lumen_jpeg_decode_reduced(
-    const uint8_t *data, size_t size, int denominator, uint8_t *rgb, int out_width, int out_height);
+    const uint8_t *data, size_t size, int denominator, uint8_t *rgb, int out_width, int out_height,
+    const int *cancelled);
+
+/// What a decoder returns when its cancellation flag stopped it.
+enum { LUMEN_DECODE_CANCELLED = 2 };
 
 #endif

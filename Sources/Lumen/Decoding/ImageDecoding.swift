@@ -13,6 +13,11 @@ public struct ImageDecodingContext: Sendable {
     /// configuration (``ImagePipeline/Configuration/maximumDecodedPixelCount``).
     public var options: DecodeOptions
 
+    /// Whether nobody wants this decode any more (its last subscriber left while it ran). A
+    /// decoder may stop then by throwing; the default decoder stops part-way by itself (see
+    /// ``LumenImaging/DecodeCancellation``), through ``DecodeOptions/cancellation``.
+    public var isCancelled: Bool { options.cancellation?.isCancelled ?? false }
+
     /// Creates a context; each parameter sets the property of the same name.
     public init(request: ImageRequest, urlResponse: URLResponse? = nil, options: DecodeOptions) {
         self.request = request

@@ -75,6 +75,9 @@ extension ImagePipeline {
         /// Calls to the decoder for the final image (or a processed entry read from disk);
         /// previews are counted in ``previewDecodes``.
         public var decodes = 0
+        /// Decoder calls that stopped part-way because their work was cancelled while they ran
+        /// (see ``ImageDecodingContext/isCancelled``); they are counted in ``decodes`` too.
+        public var decodesInterrupted = 0
         /// Decode-stage images made by resampling a larger decode of the same image the memory
         /// cache already held (the full-size image, say, after a prefetch), with no fetch and
         /// no decoder call. Not counted in ``decodes``.

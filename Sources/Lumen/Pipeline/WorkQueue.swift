@@ -38,10 +38,13 @@ public final class WorkQueue: Sendable {
         @exclusivity(unchecked) fileprivate var runner: Runner?
         /// Cancellation asked for while running, before the item had its runner.
         @exclusivity(unchecked) fileprivate var isCancellationRequested = false
+        /// Set when the item is cancelled while it runs, for synchronous work that watches it.
+        fileprivate let cancellation: DecodeCancellation?
 
-        fileprivate init(priority: ImageRequest.Priority, job: Job) {
+        fileprivate init(priority: ImageRequest.Priority, job: Job, cancellation: DecodeCancellation? = nil) {
             self.priority = priority
             self.job = job
+            self.cancellation = cancellation
         }
     }
 
@@ -212,11 +215,13 @@ public final class WorkQueue: Sendable {
 
     /// Adds synchronous work; it runs on a worker thread (or a detached task for a
     /// ``Execution-swift.enum/tasks`` queue). `cancelLater`: as for the async variant.
+    /// `cancellation`, when given, is cancelled if the item is cancelled while it runs, so that
+    /// work watching it can stop part-way.
     func enqueue(
         priority: ImageRequest.Priority, cancelLater: (([Task<Void, Never>]) -> Void)? = nil,
-        _ work: @escaping @Sendable () -> Void
+        cancellation: DecodeCancellation? = nil, _ work: @escaping @Sendable () -> Void
     ) -> Item {
-        enqueue(Item(priority: priority, job: .sync(work)), cancelLater: cancelLater)
+        enqueue(Item(priority: priority, job: .sync(work), cancellation: cancellation), cancelLater: cancelLater)
     }
 
     private func enqueue(_ item: Item, cancelLater: (([Task<Void, Never>]) -> Void)?) -> Item {
@@ -251,7 +256,8 @@ public final class WorkQueue: Sendable {
         }
     }
 
-    /// Removes a pending item (it never runs); cancels the task of a running async item.
+    /// Removes a pending item (it never runs); cancels the task of a running async item and the
+    /// cancellation a running item was enqueued with.
     func cancel(_ item: Item) {
         let task: Task<Void, Never>? = state.withLock { state in
             switch item.state {
@@ -262,6 +268,7 @@ public final class WorkQueue: Sendable {
                 state.compactIfMostlyStale()
                 return nil
             case .running:
+                item.cancellation?.cancel()
                 guard let runner = item.runner else {
                     item.isCancellationRequested = true // about to get its runner, or on a worker thread
                     return nil

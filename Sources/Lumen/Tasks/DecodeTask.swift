@@ -47,15 +47,23 @@ final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded b
 
     private func decode(_ fetched: FetchedData) {
         let configuration = graph.configuration
-        let options = DecodeOptions(size: request.thumbnail, maximumPixelCount: configuration.maximumDecodedPixelCount)
+        var options = DecodeOptions(size: request.thumbnail, maximumPixelCount: configuration.maximumDecodedPixelCount)
+        // Set when the last subscriber leaves while the decode runs: the decoder stops part-way
+        // instead of finishing an image nobody waits for.
+        let cancellation = DecodeCancellation()
+        options.cancellation = cancellation
         let context = ImageDecodingContext(request: request, urlResponse: fetched.urlResponse, options: options)
         let decoder = configuration.decoder
         let queue = configuration.decodingQueue
-        let item = queue.enqueue(priority: priority, cancelLater: graph.cancelAfterUnlock) { [self] in
+        let item = queue.enqueue(priority: priority, cancelLater: graph.cancelAfterUnlock, cancellation: cancellation) { [self] in
             graph.metricsStore.withLock { $0.decodes += 1 }
             do {
                 let container = try decoder.decode(fetched.data, context: context)
                 deliver(ImageResult(container: container, urlResponse: fetched.urlResponse, cacheType: fetched.cacheType))
+            } catch where cancellation.isCancelled {
+                // The task was cancelled (and has left its pool): nobody gets this error.
+                graph.metricsStore.withLock { $0.decodesInterrupted += 1 }
+                graph.sync { operation = nil }
             } catch {
                 graph.sync {
                     operation = nil

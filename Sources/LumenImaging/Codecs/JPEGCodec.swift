@@ -54,8 +54,9 @@ enum JPEGCodec: ImageCodec {
 
         let profile = options.convertsColorProfile ? markers.iccProfile : nil
         if !isCMYK, options.allowsReducedScaleDecoder, factor == 0.125 || factor == 0.25,
-           var bitmap = decodeReduced(
-               data, markers: markers, info: info, denominator: Int(1 / factor), width: width, height: height) {
+           var bitmap = try decodeReduced(
+               data, markers: markers, info: info, denominator: Int(1 / factor), width: width, height: height,
+               cancellation: options.cancellation) {
             if let profile {
                 bitmap = profile.withUnsafeBytes { ColorProfile.convertToSRGB(bitmap, profile: $0) }
             }
@@ -77,6 +78,8 @@ enum JPEGCodec: ImageCodec {
             closedCopy = copy
             source = UnsafeRawBufferPointer(copy)
         }
+        // TurboJPEG's decompress runs to its end: the last look at the cancellation.
+        try options.cancellation?.check()
         let handle = try Handle.decompressor()
         defer { handle.destroy() }
         var outcome = Outcome.success
@@ -122,11 +125,12 @@ enum JPEGCodec: ImageCodec {
     /// decode (the same block means, the same chroma handling) to within rounding. `nil` when
     /// `width`×`height` is not that scale or the data is outside the decoder's case
     /// (progressive, several scans, CMYK or Adobe RGB, 4:4:0 at 1/4, damaged or cut short):
-    /// TurboJPEG then decodes as usual, with its own warnings and errors.
+    /// TurboJPEG then decodes as usual, with its own warnings and errors. Throws
+    /// ``ImagingError/cancelled`` when `cancellation` stopped it.
     static func decodeReduced(
         _ data: UnsafeRawBufferPointer, markers: JPEGMarkers, info: (width: Int, height: Int, colorspace: Int32),
-        denominator: Int, width: Int, height: Int
-    ) -> Bitmap? {
+        denominator: Int, width: Int, height: Int, cancellation: DecodeCancellation? = nil
+    ) throws(ImagingError) -> Bitmap? {
         guard denominator == 8 || denominator == 4, info.width > 8 || info.height > 8,
               width == (info.width + denominator - 1) / denominator,
               height == (info.height + denominator - 1) / denominator,
@@ -139,9 +143,10 @@ enum JPEGCodec: ImageCodec {
         let bitmap = Bitmap(width: width, height: height, format: .rgb8) { dst in
             status = lumen_jpeg_decode_reduced(
                 base.assumingMemoryBound(to: UInt8.self), data.count, Int32(denominator), dst.baseAddress,
-                Int32(width), Int32(height))
+                Int32(width), Int32(height), cancellation?.flag)
             if status != 0 { dst.initialize(repeating: 0) }
         }
+        if status == Int32(LUMEN_DECODE_CANCELLED) { throw .cancelled }
         return status == 0 ? bitmap : nil
     }
 

@@ -24,7 +24,7 @@ extension PNGCodec {
     /// bitmap reduced by `factor` (see ``decodeReduced(width:height:format:factor:nextRow:)``).
     static func decodeReducedWithLibspng(
         _ ctx: OpaquePointer, width: Int, height: Int, format: PixelFormat, factor: Int,
-        data: UnsafeRawBufferPointer
+        data: UnsafeRawBufferPointer, cancellation: DecodeCancellation? = nil
     ) throws(ImagingError) -> Bitmap {
         let spngFormat = Int32(format == .rgba8 ? SPNG_FMT_RGBA8.rawValue : SPNG_FMT_RGB8.rawValue)
         let flags = Int32(SPNG_DECODE_TRNS.rawValue) | Int32(SPNG_DECODE_PROGRESSIVE.rawValue)
@@ -35,6 +35,7 @@ extension PNGCodec {
         var status: Int32 = 0
         var y = 0
         let bitmap = decodeReduced(width: width, height: height, format: format, factor: factor) {
+            if cancellation?.isCancelled == true { return nil }
             status = spng_decode_row(ctx, row, rowLength)
             y += 1
             // The call that delivers the last row says so; any other non-zero is an error.
@@ -42,6 +43,7 @@ extension PNGCodec {
             return status == 0 ? UnsafePointer(row) : nil
         }
         try check(status, data: data)
+        try cancellation?.check()
         guard let bitmap else { throw .corrupted(reason: "libspng ended the image data early") }
         return bitmap
     }

@@ -59,15 +59,19 @@ enum PNGCodec: ImageCodec {
             if factor > 1, ihdr.interlace_method == 0 {
                 // The last block of a side that is not a multiple of the factor is partial.
                 let extent = (width: Double(info.width) / Double(factor), height: Double(info.height) / Double(factor))
+                let cancellation = options.cancellation
                 if options.allowsFastPNGRows, let rows = openFastRows(ihdr, format: format, data: data) {
                     defer { lumen_png_rows_close(rows) }
                     if let reduced = decodeReduced(width: info.width, height: info.height, format: format, factor: factor,
-                                                   nextRow: { lumen_png_rows_next(rows) }),
+                                                   nextRow: { cancellation?.isCancelled == true ? nil : lumen_png_rows_next(rows) }),
                        lumen_png_rows_finish(rows) == 0 {
                         return try finishDecode(ctx, reduced, options: options, data: data, extent: extent)
                     }
+                    // A missing row: cancelled, or libspng decodes it instead.
+                    try cancellation?.check()
                 }
-                let reduced = try decodeReducedWithLibspng(ctx, width: info.width, height: info.height, format: format, factor: factor, data: data)
+                let reduced = try decodeReducedWithLibspng(ctx, width: info.width, height: info.height, format: format, factor: factor,
+                                                           data: data, cancellation: cancellation)
                 return try finishDecode(ctx, reduced, options: options, data: data, extent: extent)
             }
             let spngFormat = Int32(format == .rgba8 ? SPNG_FMT_RGBA8.rawValue : SPNG_FMT_RGB8.rawValue)
@@ -83,7 +87,7 @@ enum PNGCodec: ImageCodec {
                 var complete = true
                 let pixels = [UInt8](unsafeUninitializedCapacity: length) { buffer, initialized in
                     for y in 0..<info.height {
-                        guard let row = lumen_png_rows_next(rows) else { complete = false; break }
+                        guard options.cancellation?.isCancelled != true, let row = lumen_png_rows_next(rows) else { complete = false; break }
                         (buffer.baseAddress! + y * rowLength).update(from: row, count: rowLength)
                     }
                     complete = complete && lumen_png_rows_finish(rows) == 0
@@ -93,7 +97,11 @@ enum PNGCodec: ImageCodec {
                     return try finishDecode(ctx, Bitmap(width: info.width, height: info.height, format: format, pixels: pixels),
                                             options: options, data: data)
                 }
+                // A missing row: cancelled, or libspng decodes the image instead.
+                try options.cancellation?.check()
             }
+            // libspng's whole-image decode runs to its end: the last look at the cancellation.
+            try options.cancellation?.check()
             var status: Int32 = 0
             let pixels = [UInt8](unsafeUninitializedCapacity: length) { buffer, initialized in
                 status = spng_decode_image(ctx, buffer.baseAddress, length, spngFormat, Int32(SPNG_DECODE_TRNS.rawValue))

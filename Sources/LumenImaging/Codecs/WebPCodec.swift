@@ -55,6 +55,8 @@ enum WebPCodec: ImageCodec {
         config.output.colorspace = format == .rgba8 ? MODE_RGBA : MODE_RGB
         config.output.is_external_memory = 1
         let outWidth = scaled?.width ?? width, outHeight = scaled?.height ?? height
+        // `WebPDecode` runs to its end: the last look at the cancellation.
+        try options.cancellation?.check()
         var image: Bitmap
         do {
             image = try Bitmap(width: outWidth, height: outHeight, format: format) { buffer in

@@ -1,3 +1,5 @@
+import CLumenShim
+
 /// How a target size is filled.
 public enum ContentMode: String, Sendable, Hashable {
     /// Scale so the whole image fits inside the target; the result may be smaller on one side.
@@ -66,6 +68,9 @@ public struct DecodeOptions: Sendable, Hashable {
     /// Whether a PNG that ISA-L's row reader can read (8-bit, non-interlaced RGB or RGBA) is
     /// inflated with it instead of libspng's zlib. Off only for tests that compare the two.
     var allowsFastPNGRows = true
+    /// Stops the decode part-way once cancelled: the decoder then throws
+    /// ``ImagingError/cancelled``. Default `nil` (the decode always runs to its end).
+    public var cancellation: DecodeCancellation?
 
     /// Creates options; each parameter sets the property of the same name, and the defaults
     /// are the ones documented there (full size, no upscaling, ``Preshrink/fastest``,
@@ -87,4 +92,40 @@ public struct DecodeOptions: Sendable, Hashable {
         self.convertsColorProfile = convertsColorProfile
         self.maximumProgressiveScans = maximumProgressiveScans
     }
+}
+
+/// A flag that stops a decode part-way, for work nobody waits for any more.
+///
+/// Cancel it from any thread while a decode with these ``DecodeOptions`` runs. The decoder
+/// looks at it before it starts, before it resamples, and as it goes where the codec decodes
+/// in steps: Lumen's reduced-scale JPEG decoder before each row of blocks, the PNG row readers
+/// (ISA-L's and libspng's) before each row. TurboJPEG's full-scale decodes, libspng's
+/// whole-image decodes, libwebp, GIF and HEIF decodes run to their end once started. A
+/// decode that sees it throws ``ImagingError/cancelled``. Two options are equal only when
+/// they hold the same flag (or none).
+public final class DecodeCancellation: @unchecked Sendable, Hashable { // the flag is only read and written atomically
+    /// The flag, in memory the C decoders can read (`lumen_flag_is_set`).
+    let flag: UnsafeMutablePointer<CInt>
+
+    /// A flag that is not set.
+    public init() {
+        flag = .allocate(capacity: 1)
+        flag.initialize(to: 0)
+    }
+
+    deinit { flag.deallocate() }
+
+    /// Sets the flag; decodes watching it stop at their next look. Idempotent.
+    public func cancel() { lumen_flag_set(flag) }
+
+    /// Whether ``cancel()`` was called.
+    public var isCancelled: Bool { lumen_flag_is_set(flag) != 0 }
+
+    /// Throws ``ImagingError/cancelled`` once the flag is set.
+    func check() throws(ImagingError) {
+        if isCancelled { throw .cancelled }
+    }
+
+    public static func == (a: DecodeCancellation, b: DecodeCancellation) -> Bool { a === b }
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 }

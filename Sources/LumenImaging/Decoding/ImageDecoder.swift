@@ -83,9 +83,11 @@ public enum ImageDecoder {
     /// decoded at the largest DCT scale that still covers the target (per the pre-shrink rule),
     /// WebP scales while decoding, a non-interlaced PNG is block-averaged by a whole factor as
     /// its rows are decoded, and then the resampler produces the exact size.
-    /// - Throws: ``ImagingError``.
+    /// - Throws: ``ImagingError``; ``ImagingError/cancelled`` once `options.cancellation` is
+    ///   cancelled (see ``DecodeCancellation`` for where the decoders look).
     public static func decode(_ data: Data, options: DecodeOptions = DecodeOptions()) throws(ImagingError) -> DecodedImage {
-        try withBytes(data) { bytes throws(ImagingError) in
+        try options.cancellation?.check()
+        return try withBytes(data) { bytes throws(ImagingError) in
             let header = try header(for: bytes, options: options)
             try checkLimit(header, frames: 1, options: options)
             let geometry = Geometry(header: header, options: options)
@@ -93,6 +95,7 @@ public enum ImageDecoder {
             let output = try codec(for: header.format).decode(
                 bytes, header: header, minimumSize: geometry.minimumCodecSize, options: options)
             let codecWidth = output.bitmap.width, codecHeight = output.bitmap.height
+            try options.cancellation?.check()
             var isResampled = false
             let bitmap = geometry.finish(output.bitmap, extent: output.extent,
                                          orientation: options.appliesOrientation ? header.orientation : .up, resampled: &isResampled)

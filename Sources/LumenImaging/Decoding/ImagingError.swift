@@ -16,6 +16,8 @@ public enum ImagingError: Error, Sendable, Hashable {
     case encodingFailed(reason: String)
     /// The requested operation's arguments make no sense for this image (an empty crop, …).
     case invalidArgument(reason: String)
+    /// The decode stopped part-way: its ``DecodeOptions/cancellation`` was cancelled.
+    case cancelled
 }
 
 extension ImagingError: CustomStringConvertible {
@@ -28,6 +30,7 @@ extension ImagingError: CustomStringConvertible {
         case .tooLarge(let w, let h): "tooLarge(width: \(w), height: \(h)): over the decoded pixel limit"
         case .encodingFailed(let reason): "encodingFailed: \(reason)"
         case .invalidArgument(let reason): "invalidArgument: \(reason)"
+        case .cancelled: "cancelled: the decode was stopped part-way because nobody wanted it any more"
         }
     }
 }
