@@ -12,6 +12,11 @@ enum BenchCommand {
         let iterations: Int
         let count: Int
         let seed: UInt64
+        let usage = "usage: lumen bench [\(scenarios.joined(separator: "|"))]... [--json] [--iterations N] [--count N] [--quick] [--seed N]"
+        if argv.contains("--help") || argv.contains("-h") {
+            print(usage)
+            return 0
+        }
         do {
             args = try Arguments(argv, valueOptions: ["iterations", "count", "seed"], flagOptions: ["json", "quick"])
             iterations = try args.int("iterations", range: 1...1000) ?? 5
@@ -24,7 +29,7 @@ enum BenchCommand {
                 throw UsageError("--quick and --seed choose the feed's trace: add the feed scenario")
             }
         } catch {
-            printError("lumen bench: \(error)\nusage: lumen bench [\(scenarios.joined(separator: "|"))]... [--json] [--iterations N] [--count N] [--quick] [--seed N]")
+            printError("lumen bench: \(error)\n\(usage)")
             return 2
         }
         let chosen = args.positionals.isEmpty ? scenarios : args.positionals

@@ -60,6 +60,13 @@ enum ThumbnailCommand {
         var count = 1
         /// The URL to load and the file to write, or why the input cannot be loaded.
         var plan: Result<Plan, InputError>
+
+        /// The input as progress and error lines show it: `""` for an empty one, and a long
+        /// one (a `data:` URL, say) cut to its first 60 characters.
+        var shownInput: String {
+            if input.isEmpty { return "\"\"" }
+            return input.count > 80 ? "\(input.prefix(60))… (\(input.count) characters)" : input
+        }
     }
 
     /// Where a loadable input comes from and where its thumbnail goes.
@@ -75,7 +82,7 @@ enum ThumbnailCommand {
         let args = try Arguments(
             argv, valueOptions: ["size", "output", "format", "quality", "concurrency", "cache"],
             flagOptions: ["fill", "help", "no-cache"])
-        if args.flag("help") { return nil }
+        if args.flag("help") || argv.contains("-h") { return nil }
         guard let size = try args.int("size", range: 1...65_535) else { throw UsageError("--size is required") }
         guard let output = args.string("output") else { throw UsageError("--output is required") }
         guard !output.isEmpty else { throw UsageError("--output needs a directory, got an empty value") }
@@ -109,7 +116,8 @@ enum ThumbnailCommand {
         do {
             try FileManager.default.createDirectory(atPath: options.output, withIntermediateDirectories: true)
         } catch {
-            printError("lumen thumbnail: cannot create \(options.output): \(error.localizedDescription)")
+            // No input can be written: every one fails (exit 1), and this line says why.
+            printError("lumen thumbnail: cannot create the output directory \(options.output): \(posixReason(error, path: options.output, creatingDirectory: true))")
             return 1
         }
         let pipeline = ImagePipeline(configuration: configuration(for: options))
@@ -240,6 +248,7 @@ enum ThumbnailCommand {
     /// anything else a file path. File URLs are standardized, so `a.jpg`, `./a.jpg` and
     /// `file:///…/a.jpg` are one input.
     static func url(for input: String) throws(InputError) -> URL {
+        guard !input.isEmpty else { throw InputError(description: "an empty input names no file or URL") }
         guard let colon = input.firstIndex(of: ":"), let scheme = scheme(input[..<colon]) else {
             return URL(fileURLWithPath: input).standardizedFileURL
         }
@@ -269,10 +278,17 @@ enum ThumbnailCommand {
     }
 
     /// `photo` for `…/photo.jpg?x=1`, `image` when the URL has no usable name.
+    ///
+    /// The name is always one file name inside the output directory: a URL's last path
+    /// component is percent-decoded, so `..%2F..%2Fx.jpg` would otherwise name `../../x`; each
+    /// `/` (and NUL) becomes `_`, `.` and `..` become `image`, and a name longer than 200 bytes
+    /// is cut to its first 200 (at a character boundary).
     static func outputName(for url: URL) -> String {
-        if url.scheme == "data" { return "image" }
-        let name = (url.lastPathComponent as NSString).deletingPathExtension
-        return name.isEmpty || name == "/" ? "image" : name
+        if url.scheme == "data" || url.lastPathComponent == "/" { return "image" }
+        var name = String((url.lastPathComponent as NSString).deletingPathExtension.map { $0 == "/" || $0 == "\0" ? "_" : $0 })
+        if name.isEmpty || name == "." || name == ".." { return "image" }
+        while name.utf8.count > 200 { name.removeLast() }
+        return name
     }
 
     static func thumbnail(_ plan: Plan, pipeline: ImagePipeline, size: DecodeSize, encoding: EncodingFormat) async throws {
@@ -284,7 +300,33 @@ enum ThumbnailCommand {
         }
         let response = try await pipeline.image(for: request)
         let encoded = try response.image.encode(as: encoding)
-        try encoded.write(to: URL(fileURLWithPath: plan.destination), options: .atomic)
+        do {
+            try encoded.write(to: URL(fileURLWithPath: plan.destination), options: .atomic)
+        } catch {
+            throw OutputError(path: plan.destination, reason: posixReason(error, path: plan.destination, creatingDirectory: false))
+        }
+    }
+
+    /// A thumbnail that was made but could not be written.
+    struct OutputError: Error, CustomStringConvertible {
+        var path: String
+        var reason: String
+        var description: String { "writeFailed(\(path): \(reason))" }
+    }
+
+    /// The system's reason for a failed write or directory creation at `path`: the POSIX error
+    /// under Foundation's, else what the same call made directly reports, else Foundation's text.
+    static func posixReason(_ error: any Error, path: String, creatingDirectory: Bool) -> String {
+        if let underlying = (error as NSError).userInfo[NSUnderlyingErrorKey] as? NSError,
+           underlying.domain == NSPOSIXErrorDomain {
+            return String(cString: strerror(Int32(underlying.code)))
+        }
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
+            if creatingDirectory && !isDirectory.boolValue { return String(cString: strerror(ENOTDIR)) }
+            if !creatingDirectory && isDirectory.boolValue { return String(cString: strerror(EISDIR)) }
+        }
+        return error.localizedDescription
     }
 }
 
@@ -314,16 +356,16 @@ final class ProgressReporter: Sendable {
                 // Lines go above the bar: clear its line, print, draw it again.
                 if let error {
                     write("\r\u{1B}[K")
-                    printError("\(job.input): \(error)")
+                    printError("\(job.shownInput): \(error)")
                 } else if let plan, plan.sharesName {
-                    write("\r\u{1B}[K\(job.input) -> \(plan.destination)\n")
+                    write("\r\u{1B}[K\(job.shownInput) -> \(plan.destination)\n")
                 }
                 drawBar(count)
             } else if let error {
-                printError("\(job.input): \(error)")
-                print("failed \(count)/\(total): \(job.input)")
+                printError("\(job.shownInput): \(error)")
+                print("failed \(count)/\(total): \(job.shownInput)")
             } else {
-                print("done \(count)/\(total): \(job.input) -> \(plan?.destination ?? "")")
+                print("done \(count)/\(total): \(job.shownInput) -> \(plan?.destination ?? "")")
             }
         }
     }

@@ -25,7 +25,11 @@ struct DiskStore: Sendable {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {
-            let code = ((error as NSError).userInfo[NSUnderlyingErrorKey] as? NSError).map { Int32($0.code) }
+            // Foundation does not always carry the POSIX error (an existing file in the way):
+            // the same mkdir made directly reports it.
+            let underlying = (error as NSError).userInfo[NSUnderlyingErrorKey] as? NSError
+            var code = underlying.flatMap { $0.domain == NSPOSIXErrorDomain ? Int32($0.code) : nil }
+            if code == nil, mkdir(directory, 0o755) != 0 { code = errno }
             throw IOError("mkdir \(directory)", code: code ?? EIO)
         }
     }
