@@ -56,6 +56,21 @@ extension ThumbnailCommandTests {
             #expect(run.standardError.contains("cannot create the output directory \(file.path): Not a directory"), "\(run.standardError)")
         }
 
+        /// A cache directory that cannot be made is not fatal (the run goes on without the
+        /// cache), and its line gives the real reason.
+        @Test func aCacheDirectoryThatIsAFileSaysWhyAndTheRunGoesOn() async throws {
+            let root = try ThumbnailCommandTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: root) }
+            let file = root.appendingPathComponent("file")
+            try Data("x".utf8).write(to: file)
+            let input = ThumbnailCommandTests.corpus.appendingPathComponent("real-world/hopper.jpg").path
+            let run = try await Executables.run(
+                "lumen", ["thumbnail", input, "--size", "32", "--output", root.appendingPathComponent("out").path, "--cache", file.path])
+            #expect(run.status == 0, "\(run.standardError)")
+            #expect(run.standardError.contains("File exists"), "\(run.standardError)")
+            #expect(!run.standardError.contains("Input/output error"), "\(run.standardError)")
+        }
+
         @Test func anEmptyInputFailsAloneAndLongInputsAreShortenedInLines() async throws {
             let output = try ThumbnailCommandTests.temporaryDirectory()
             defer { try? FileManager.default.removeItem(at: output) }
