@@ -65,7 +65,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     @exclusivity(unchecked) private var subscription: (any TaskSubscription)?
     /// Resumed once ``outcome`` is set. The result is read after the resumption rather than
     /// carried by it, which keeps the suspended task's frames small.
-    private typealias Waiter = UnsafeContinuation<Void, Never>
+    typealias Waiter = UnsafeContinuation<Void, Never>
     /// The first caller awaiting ``response`` (almost always the only one: no array to
     /// allocate), then any others.
     @exclusivity(unchecked) private var waiter: Waiter?
@@ -230,7 +230,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
             if let finished = graph.sync({ result }) { return try finished.get() }
             await withTaskCancellationHandler {
                 await withUnsafeContinuation { (continuation: Waiter) in
-                    wait(continuation, startingWith: nil)
+                    wait(continuation)
                 }
             } onCancel: {
                 cancel()
@@ -258,34 +258,42 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         return try finishedResponse()
     }
 
-    /// Computes the keys (without the lock), subscribes and registers `continuation`.
+    /// Subscribes (``start(finalMemoryKey:registering:)``) and resumes `continuation` once
+    /// there is a result.
     @inline(never)
     private func subscribe(waiting continuation: Waiter) {
         let finalMemoryKey = pendingFinalMemoryKey
         pendingFinalMemoryKey = nil
-        let source = graph.derivationSource(for: request)
-        guard graph.makesKeysUnderLock(for: request, finalMemoryKey: finalMemoryKey) else {
-            let keys = graph.requestKeys(for: request, finalMemoryKey: finalMemoryKey, derivationSource: source)
-            wait(continuation, startingWith: keys)
-            return
-        }
-        let decodeKey = DecodeKey(request)
-        let isFinished: Bool = graph.sync {
-            startLocked(decodeKey: decodeKey, finalMemoryKey: finalMemoryKey, derivationSource: source)
-            return registerLocked(continuation)
-        }
-        if isFinished { continuation.resume() }
+        if start(finalMemoryKey: finalMemoryKey, registering: continuation) { continuation.resume() }
     }
 
-    /// Subscribes with `keys` when given, then resumes `continuation` once there is a result
-    /// (at once if there is one).
+    /// Subscribes to the graph — the one way a task starts, for ``ImagePipeline/imageTask(with:)``
+    /// and for `image(for:)` — and registers `continuation` (when given) in the same critical
+    /// section. The keys are made before taking the lock, unless the request's can be made under
+    /// it (``WorkGraph/makesKeysUnderLock(for:finalMemoryKey:)``: a request joining a running
+    /// decode then makes none). Answers `true` when the task had already ended
+    /// (`continuation` is then not kept: resume it).
     @inline(never)
-    private func wait(_ continuation: Waiter, startingWith keys: RequestKeys?) {
-        let isFinished: Bool = graph.sync {
-            if let keys { startLocked(keys: keys) }
-            return registerLocked(continuation)
+    func start(finalMemoryKey: ImageCacheKey?, registering continuation: Waiter?) -> Bool {
+        let source = graph.derivationSource(for: request)
+        if graph.makesKeysUnderLock(for: request, finalMemoryKey: finalMemoryKey) {
+            let decodeKey = DecodeKey(request)
+            return graph.sync {
+                startLocked(decodeKey: decodeKey, finalMemoryKey: finalMemoryKey, derivationSource: source)
+                return continuation.map(registerLocked) ?? false
+            }
         }
-        if isFinished { continuation.resume() }
+        let keys = graph.requestKeys(for: request, finalMemoryKey: finalMemoryKey, derivationSource: source)
+        return graph.sync {
+            startLocked(keys: keys)
+            return continuation.map(registerLocked) ?? false
+        }
+    }
+
+    /// Resumes `continuation` once there is a result (at once if there is one).
+    @inline(never)
+    private func wait(_ continuation: Waiter) {
+        if graph.sync({ registerLocked(continuation) }) { continuation.resume() }
     }
 
     /// Keeps `continuation` to resume when the task ends; answers `true`, keeping nothing, if

@@ -85,14 +85,7 @@ public final class ImagePipeline: Sendable {
     /// cache).
     private func startTask(with request: ImageRequest, finalMemoryKey: ImageCacheKey?) -> ImageTask {
         let task = ImageTask(request: request, graph: graph)
-        let source = graph.derivationSource(for: request)
-        if graph.makesKeysUnderLock(for: request, finalMemoryKey: finalMemoryKey) {
-            let decodeKey = DecodeKey(request)
-            graph.sync { task.startLocked(decodeKey: decodeKey, finalMemoryKey: finalMemoryKey, derivationSource: source) }
-        } else {
-            let keys = graph.requestKeys(for: request, finalMemoryKey: finalMemoryKey, derivationSource: source)
-            graph.sync { task.startLocked(keys: keys) }
-        }
+        _ = task.start(finalMemoryKey: finalMemoryKey, registering: nil)
         return task
     }
 
