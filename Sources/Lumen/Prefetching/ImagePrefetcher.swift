@@ -118,7 +118,9 @@ public final class ImagePrefetcher: Sendable {
     }
 
     /// Called (on an arbitrary thread, never under a lock) each time the last pending or
-    /// running prefetch ends — finished or stopped. Default `nil`.
+    /// running prefetch ends — finished or stopped — and when ``startPrefetching(with:)-([ImageRequest])``
+    /// finds everything it was given already cached while nothing else is pending or running
+    /// (so that code waiting for the signal is told the batch is done). Default `nil`.
     public var didComplete: (@Sendable () -> Void)? {
         get { state.withLock { $0.didComplete } }
         set { state.withLock { $0.didComplete = newValue } }
@@ -141,7 +143,11 @@ public final class ImagePrefetcher: Sendable {
         let items = requests.compactMap { request -> (key: ImageCacheKey, request: ImageRequest)? in
             isCached(request) ? nil : (key(for: request), request)
         }
-        guard !items.isEmpty else { return }
+        guard !items.isEmpty else {
+            // Everything was cached: the batch is done now, if nothing else runs.
+            if !requests.isEmpty { signalIdle() }
+            return
+        }
         let starts = state.withLock { $0.machine.enqueue(items) }
         perform(starts)
     }

@@ -20,8 +20,10 @@ import FoundationNetworking
 ///    bucket, and stored in the memory cache).
 ///
 /// The model keeps the bytes while it lives, so a size change after success re-decodes
-/// without downloading again, and a size change never cancels a download. The old image stays
-/// in ``phase`` until the new one is ready.
+/// without downloading again, and a size change never cancels a download — unless the memory
+/// cache already holds the image at the new size: it is then shown at once and the model's
+/// download is dropped, whichever of ``load(_:)`` and the first display size came first. The
+/// old image stays in ``phase`` until the new one is ready.
 ///
 /// **Without the bytes.** When the memory cache already holds the image, the model shows it
 /// and fetches nothing: an entry at the display size's bucket is shown at once; with the
@@ -158,8 +160,12 @@ public final class FetchImage {
     public func displaySize(_ size: DisplaySize) {
         guard !size.isEmpty, size != currentDisplaySize else { return }
         currentDisplaySize = size
-        // A failed download is retried by `onAppear()` or `load(_:)`, never by layout.
-        if case .failure = phase, fetched == nil { return }
+        // A failed download is retried by `onAppear()` or `load(_:)`, never by layout; what the
+        // memory cache holds at the new size is still shown.
+        if case .failure = phase, fetched == nil {
+            if !isHidden, let target = currentTarget() { _ = showCachedImage(for: target) }
+            return
+        }
         resume() // decodes the bytes held, or fetches them if the shown image came from memory
     }
 
@@ -187,6 +193,13 @@ public final class FetchImage {
             } else {
                 cancelDecoding()
             }
+        } else if fetched == nil, let target = currentTarget(), shownTarget != target, showCachedImage(for: target) {
+            // The size came while the bytes were on their way (`load` before layout), and the
+            // memory cache has the image at it: shown at once, as when the size came first, and
+            // the download is dropped (the model's subscription only; the bytes are fetched
+            // later, if a size change needs them).
+            cancelWork()
+            return
         }
         decodeIfNeeded()
     }
