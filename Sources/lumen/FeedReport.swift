@@ -91,9 +91,9 @@ struct FeedReport {
     var ratios: String {
         func verdict(_ met: Bool) -> String { met ? "met" : "MISSED" }
         return [
-            String(format: "naive / lumen wall time        %6.1f×  goal ≥ 5×: %@", wallRatio, verdict(wallRatio >= 5)),
+            String(format: "naive / lumen wall time        %6.2f×  goal ≥ 5×: %@", wallRatio, verdict(wallRatio >= 5)),
             String(format: "naive / lumen decoded MP       %6.1f×  goal ≥ 10×: %@", decodedMPRatio, verdict(decodedMPRatio >= 10)),
-            String(format: "naive / lumen peak memory      %6.1f×  goal ≥ 4×: %@ (growth during the replay: %.1f×)",
+            String(format: "naive / lumen peak memory      %6.2f×  goal ≥ 4×: %@ (growth during the replay: %.2f×)",
                    peakMemoryRatio, verdict(peakMemoryRatio >= 4), memoryGrowthRatio),
             "lumen network requests         \(lumen.networkRequests) for \(lumen.distinctURLs) distinct URLs  goal equal: \(verdict(lumen.networkRequests == lumen.distinctURLs))",
             "noCoalescing − lumen requests  on the \(commonPaths.count) URLs both fetched: \(networkDifferenceOnCommonURLs); noCoalescing's duplicates there (its requests − 1 per URL): \(duplicatesEliminated)  goal equal: \(verdict(networkDifferenceOnCommonURLs == duplicatesEliminated)) (equal exactly when lumen fetched each of them once)",
