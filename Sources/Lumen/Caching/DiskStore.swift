@@ -184,8 +184,22 @@ struct DiskStore: Sendable {
     @discardableResult
     func remove(name: String) throws -> Bool {
         if unlink(path(name)) == 0 { return true }
-        if errno == ENOENT || errno == ENOTDIR { return false }
-        throw IOError("unlink \(path(name))")
+        let code = errno
+        if code == ENOENT || code == ENOTDIR { return false }
+        if code == EISDIR || code == EPERM {
+            // A directory under an entry's name is no entry, and while it stays, no write of
+            // the key can land (a rename onto it fails): removed with what it holds.
+            var st = stat()
+            if lstat(path(name), &st) == 0, st.st_mode & S_IFMT == S_IFDIR {
+                do {
+                    try FileManager.default.removeItem(atPath: path(name))
+                    return true
+                } catch {
+                    throw IOError("remove directory \(path(name))", code: EISDIR)
+                }
+            }
+        }
+        throw IOError("unlink \(path(name))", code: code)
     }
 
     /// The names in the directory (empty when it is missing).

@@ -251,20 +251,54 @@ final class CacheLayers: Sendable {
         metrics.withLock { $0.diskCache.writes += 1 }
     }
 
-    /// Writes encoded image bytes for `key` (no HTTP metadata: the TTL alone decides).
-    func storeEncoded(_ data: Data, contentType: String, for key: String) {
+    /// Writes encoded image bytes for `key`, made from the bytes `response` brought. The
+    /// image is as fresh as its original: the response's `Cache-Control` carries over (so a
+    /// processed entry is not used past the original's `max-age`, nor at all under `no-cache`:
+    /// the stage then goes below, where the original is revalidated), its validators do not
+    /// (they name the original's bytes). A `no-store` response's image is not written, and an
+    /// older entry is removed. Without an HTTP response the TTL alone decides.
+    func storeEncoded(_ data: Data, contentType: String, response: URLResponse?, for key: String) {
         guard let dataCache else { return }
-        dataCache.storeData(data, metadata: CacheMetadata(contentType: contentType, storedAt: clock.now), for: key)
+        let now = clock.now
+        var metadata = CacheMetadata(contentType: contentType, storedAt: now)
+        if let http = response as? HTTPURLResponse {
+            let original = CacheMetadata(response: http, now: now)
+            guard original.isStorable else {
+                dataCache.removeData(for: key)
+                return
+            }
+            metadata.cacheControl = original.cacheControl
+        }
+        dataCache.storeData(data, metadata: metadata, for: key)
         metrics.withLock { $0.diskCache.writes += 1 }
     }
 
-    /// Renews the entry for `key` after a `304 Not Modified`.
+    /// Whether `response` carries a whole representation that may be stored as the image's
+    /// bytes: any non-HTTP response, or HTTP 200 or 203. A `206 Partial Content` (never asked
+    /// for) holds part of it; other 2xx codes are not the image either.
+    static func isWholeBody(_ response: URLResponse?) -> Bool {
+        guard let http = response as? HTTPURLResponse else { return true }
+        return http.statusCode == 200 || http.statusCode == 203
+    }
+
+    /// Renews the entry for `key` after a `304 Not Modified`; a 304 that says `no-store` removes
+    /// it instead (the bytes still answer the request that revalidated them).
     func renew(key: String, metadata: CacheMetadata, response: URLResponse?) {
         guard let dataCache else { return }
         let now = clock.now
         let renewed = (response as? HTTPURLResponse).map { metadata.renewed(with: $0, now: now) }
             ?? metadata.renewed(withHeaders: [:], now: now)
+        guard renewed.isStorable else {
+            dataCache.removeData(for: key)
+            return
+        }
         dataCache.renew(key: key, metadata: renewed)
+    }
+
+    /// Removes the original bytes stored for `key`: they failed to decode, and a failure is
+    /// never cached (queued after any write of them, so it removes that write too).
+    func removeUndecodableData(for key: String) {
+        dataCache?.removeData(for: key)
     }
 
     /// Reports a problem a cache absorbed: counted, written to the logger, then sent to the

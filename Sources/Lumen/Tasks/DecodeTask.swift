@@ -65,6 +65,9 @@ final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded b
                 graph.metricsStore.withLock { $0.decodesInterrupted += 1 }
                 graph.sync { operation = nil }
             } catch {
+                // Bytes that do not decode are not kept on disk to fail again (an HTML error page
+                // served as an image, say): the next request fetches them afresh.
+                if let diskKey = cacheKeys?.diskOriginal { graph.caches.removeUndecodableData(for: diskKey) }
                 graph.sync {
                     operation = nil
                     fail(.decodingFailed(error))

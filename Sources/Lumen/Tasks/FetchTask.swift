@@ -175,7 +175,7 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
                     graph.metricsStore.withLock { $0.notModified += 1 }
                     caches.renew(key: diskKey, metadata: stale.metadata, response: fetched.urlResponse)
                     fetched = FetchedData(data: stale.data, urlResponse: fetched.urlResponse, cacheType: .disk)
-                } else if let diskKey, CacheLayers.writesDisk(options) {
+                } else if let diskKey, CacheLayers.writesDisk(options), CacheLayers.isWholeBody(fetched.urlResponse) {
                     let writes = caches.storesOriginalData || graph.sync { wantsOriginalOnDisk }
                     if writes { caches.storeData(fetched.data, response: fetched.urlResponse, for: diskKey) }
                 }

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 /// A "load image" stage (the decode, or a processor prefix) with its cache layers: before
 /// depending on the stage below it may answer from the disk cache's processed entry, and when
@@ -106,7 +109,7 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
         // Only subscribers allowed to write a layer marked a key for it.
         memoryKeys.forEach { caches.storeImage(result.container, for: $0) }
         if !isEncodedOnDisk, !diskKeys.isEmpty, caches.hasDataCache, caches.storesEncodedImages, !result.container.isPreview {
-            encode(result.container.image, for: diskKeys)
+            encode(result.container.image, response: result.urlResponse, for: diskKeys)
         }
         graph.sync {
             operation = nil
@@ -115,15 +118,16 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
     }
 
     /// Encodes `image` on the encoding queue (JPEG when opaque, PNG with alpha) and writes it
-    /// under `keys`. Not tied to the stage's life: the response does not wait for it.
-    private func encode(_ image: Bitmap, for keys: [String]) {
+    /// under `keys`, as fresh as `response` (the original's) allows. Not tied to the stage's
+    /// life: the response does not wait for it.
+    private func encode(_ image: Bitmap, response: URLResponse?, for keys: [String]) {
         let caches = graph.caches
         let directory = (caches.dataCache as? DataCache)?.directory.path ?? ""
         _ = graph.configuration.encodingQueue.enqueue(priority: priority) {
             let hasAlpha = image.format.hasAlpha
             do {
                 let data = try image.encode(as: hasAlpha ? .png : .jpeg(quality: 90))
-                for key in keys { caches.storeEncoded(data, contentType: hasAlpha ? "image/png" : "image/jpeg", for: key) }
+                for key in keys { caches.storeEncoded(data, contentType: hasAlpha ? "image/png" : "image/jpeg", response: response, for: key) }
             } catch {
                 caches.report(DataCache.Failure(kind: .writeFailed, key: keys.first, path: directory, errorCode: nil, reason: "encoding failed: \(error)"))
             }
