@@ -513,6 +513,28 @@ struct CacheContractTests {
         #expect(server.requestCount(for: "/bad.png") == 2)
     }
 
+    /// An image refused for being over the pixel limit is not damaged: its bytes stay on disk,
+    /// and the next request is refused from them without the network.
+    @Test func bytesOverThePixelLimitStayOnDisk() async throws {
+        let server = try LoopbackServer()
+        let h = PipelineCacheHarness { configuration in
+            configuration.dataLoader = DataLoader()
+            configuration.retryPolicy = .none
+            configuration.decoder = ImagePipeline.Configuration().decoder
+            configuration.maximumDecodedPixelCount = 4
+        }
+        defer { h.cleanUp() }
+        server.serve(path: "/big.png", data: try pipelineCachePNG(), contentType: "image/png")
+        let url = server.url(for: "/big.png")
+        for _ in 0..<2 {
+            let error = await errorThrown { try await h.pipeline.image(for: url) }
+            #expect(error.flatMap(ImagePipeline.Error.Code.of) == .decodingFailed)
+            await h.flush()
+        }
+        #expect(server.requestCount(for: "/big.png") == 1)
+        #expect(h.pipeline.cache.containsData(for: ImageRequest(url: url)))
+    }
+
     @Test func storedCachedDataAnswersWithoutNetwork() async throws {
         let h = PipelineCacheHarness()
         defer { h.cleanUp() }

@@ -66,8 +66,12 @@ final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded b
                 graph.sync { operation = nil }
             } catch {
                 // Bytes that do not decode are not kept on disk to fail again (an HTML error page
-                // served as an image, say): the next request fetches them afresh.
-                if let diskKey = cacheKeys?.diskOriginal { graph.caches.removeUndecodableData(for: diskKey) }
+                // served as an image, say): the next request fetches them afresh. An image over
+                // the pixel limit is whole, though: its bytes stay (a new download would be
+                // refused the same way).
+                if let diskKey = cacheKeys?.diskOriginal, !Self.isOverLimit(error) {
+                    graph.caches.removeUndecodableData(for: diskKey)
+                }
                 graph.sync {
                     operation = nil
                     fail(.decodingFailed(error))
@@ -75,6 +79,12 @@ final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded b
             }
         }
         operation = (queue, item)
+    }
+
+    /// Whether `error` is the decoder refusing an image over the pixel limit.
+    private static func isOverLimit(_ error: any Error) -> Bool {
+        if case .tooLarge? = error as? ImagingError { return true }
+        return false
     }
 
     /// Makes the image from `source`, a larger decode of it, on a decoding worker: what a
