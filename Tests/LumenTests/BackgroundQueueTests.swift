@@ -42,7 +42,10 @@ struct BackgroundQueueTests {
                 log.end(i)
             }
         }
-        queue.sync {}
+        // Waited for without `sync`, which would hand the queue to a normal-priority thread.
+        let done = DispatchSemaphore(value: 0)
+        queue.async { done.signal() }
+        done.wait()
         let (order, peak, niceness) = log.snapshot
         #expect(order == Array(0..<200))
         #expect(peak == 1)
@@ -93,10 +96,38 @@ struct BackgroundQueueTests {
         }
         #expect(queue.runsLowered == nil, "the normal-priority thread ends once the queue is empty")
         let later = Mutex<Int32?>(nil)
-        queue.sync { later.withLock { $0 = Self.niceness() } }
+        let ran = DispatchSemaphore(value: 0)
+        queue.async {
+            later.withLock { $0 = Self.niceness() }
+            ran.signal()
+        }
+        ran.wait()  // not `sync`: a waiter would hand over again
         #if os(Linux)
         #expect(later.withLock { $0 } == 19)
         #endif
+    }
+
+    /// Somebody waiting for the queue (a flush) has the jobs queued so far run at normal
+    /// priority: on a saturated machine the niced thread could keep the waiter indefinitely.
+    @Test func aWaiterHasTheQueuedJobsRunAtNormalPriority() {
+        let queue = BackgroundQueue(name: "test")
+        let gate = DispatchSemaphore(value: 0)
+        let started = DispatchSemaphore(value: 0)
+        queue.async {
+            started.signal()
+            gate.wait()  // holds the low-priority thread
+        }
+        started.wait()
+        #expect(queue.runsLowered == true)
+        let niceness = Mutex<Int32?>(nil)
+        queue.async { niceness.withLock { $0 = Self.niceness() } }
+        queue.expedite()
+        gate.signal()
+        queue.sync {}
+        #if os(Linux)
+        #expect(niceness.withLock { $0 } == Self.niceness(), "the job queued before the waiter ran at the waiter's priority")
+        #endif
+        #expect(queue.runsLowered != true)
     }
 
     /// What a job captured is let go once it ran, not when the queue next empties.

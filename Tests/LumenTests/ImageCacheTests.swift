@@ -195,7 +195,7 @@ struct ImageCacheTests {
 struct ImageCacheKeyTests {
     @Test func credentialFingerprintIsNilWithoutCredentials() {
         #expect(ImageCacheKey.credentialFingerprint(for: [:]) == nil)
-        #expect(ImageCacheKey.credentialFingerprint(for: ["Accept": "image/webp", "User-Agent": "x"]) == nil)
+        #expect(ImageCacheKey.credentialFingerprint(for: ["User-Agent": "x", "X-Request-ID": "42"]) == nil)
         #expect(ImageCacheKey.credentialFingerprint(for: ["Authorization": "  "]) == nil)
     }
 
@@ -212,9 +212,23 @@ struct ImageCacheKeyTests {
     }
 
     @Test func credentialFingerprintIgnoresNameCaseOrderAndOtherHeaders() {
-        let a = ImageCacheKey.credentialFingerprint(for: ["Authorization": "Bearer t", "Cookie": "c=1", "Accept": "a"])
+        let a = ImageCacheKey.credentialFingerprint(for: ["Authorization": "Bearer t", "Cookie": "c=1", "X-Request-ID": "a"])
         let b = ImageCacheKey.credentialFingerprint(for: ["cookie": "c=1", "AUTHORIZATION": " Bearer t", "User-Agent": "u"])
         #expect(a != nil && a == b)
+    }
+
+    /// Part of an image (`Range`) or another format (`Accept`) is another answer from the
+    /// server: keyed like credentials, case-insensitively.
+    @Test func representationHeadersAreKeyed() {
+        let plain = ImageCacheKey.credentialFingerprint(for: [:])
+        var seen: Set<String?> = [plain]
+        for (name, value) in [("Range", "bytes=0-3"), ("If-Range", "\"e\""), ("Accept", "image/webp"), ("Accept-Language", "fr")] {
+            let fingerprint = ImageCacheKey.credentialFingerprint(for: [name: value])
+            #expect(fingerprint != nil, "\(name)")
+            #expect(seen.insert(fingerprint).inserted, "\(name)")
+            #expect(ImageCacheKey.credentialFingerprint(for: [name.uppercased(): value]) == fingerprint)
+        }
+        #expect(ImageCacheKey.representationHeaderNames == ["range", "if-range", "accept", "accept-language"])
     }
 
     @Test func markedHeadersCountAsCredentials() {

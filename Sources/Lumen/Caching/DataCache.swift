@@ -407,16 +407,19 @@ public final class DataCache: DataCaching {
         queue.async { [self] in performSweep() }
     }
 
-    /// Blocks until every write, removal, renewal and sweep queued so far is done. Never call
-    /// it from `onFailure`.
+    /// Blocks until every write, removal, renewal and sweep queued so far is done; they run at
+    /// normal priority meanwhile (the writes otherwise run at the lowest). Never call it from
+    /// `onFailure`.
     public func flush() {
         queue.sync {}
     }
 
-    /// Suspends until every write, removal, renewal and sweep queued so far is done.
+    /// Suspends until every write, removal, renewal and sweep queued so far is done; they run
+    /// at normal priority meanwhile.
     public func flush() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             queue.async { continuation.resume() }
+            queue.expedite()
         }
     }
 

@@ -80,16 +80,23 @@ public struct ImageCacheKey: Hashable, Sendable {
     /// Header names that always count as credentials (compared case-insensitively).
     public static let credentialHeaderNames: Set<String> = CredentialRule.standardNames
 
-    /// A SHA-256 (lowercase hex) of the credential headers in `headers`, or `nil` when the
-    /// request carries none.
+    /// Header names that ask the server for another representation of the image — part of it
+    /// (`Range`, `If-Range`) or another format or language (`Accept`, `Accept-Language`) — and
+    /// are therefore keyed like credentials (compared case-insensitively).
+    public static let representationHeaderNames: Set<String> = CredentialRule.representationNames
+
+    /// A SHA-256 (lowercase hex) of the credential and representation headers in `headers`,
+    /// or `nil` when the request carries none.
     ///
-    /// The pipeline's one credential rule (the fetch key, the memory and disk keys,
-    /// `FetchImage` and the prefetcher all use it): credential headers are `Authorization`,
-    /// `Cookie`, `Proxy-Authorization` and every name in `markedHeaders` (names compare
-    /// case-insensitively). Values are trimmed of surrounding whitespace and then compared
-    /// exactly; a credential header whose trimmed value is empty is the same as no header.
-    /// The fingerprint does not depend on header order or name case, different credentials
-    /// give different fingerprints, and non-credential headers never change it.
+    /// The pipeline's one rule for the headers that change what the server answers (the
+    /// fetch key, the memory and disk keys, `FetchImage` and the prefetcher all use it):
+    /// credential headers are `Authorization`, `Cookie`, `Proxy-Authorization` and every name
+    /// in `markedHeaders`; representation headers are ``representationHeaderNames`` (names
+    /// compare case-insensitively). Values are trimmed of surrounding whitespace and then
+    /// compared exactly; a header whose trimmed value is empty is the same as no header. The
+    /// fingerprint does not depend on header order or name case, different values give
+    /// different fingerprints, and other headers (`User-Agent`, tracing headers) never change
+    /// it.
     public static func credentialFingerprint(
         for headers: [String: String],
         markedHeaders: Set<String> = []
@@ -103,11 +110,19 @@ enum CredentialRule {
     /// Header names that always count as credentials (lowercased).
     static let standardNames: Set<String> = ["authorization", "cookie", "proxy-authorization"]
 
+    /// Header names that select another representation (lowercased): keyed like credentials,
+    /// so that a request for part of an image, or for another format, never shares bytes with
+    /// a request for the whole image.
+    static let representationNames: Set<String> = ["range", "if-range", "accept", "accept-language"]
+
+    /// Every name keyed without being marked.
+    static let keyedNames = standardNames.union(representationNames)
+
     /// The credential headers in `headers`, canonical: names lowercased, values trimmed of
     /// surrounding whitespace, empty values dropped, sorted by name then value.
     static func canonicalPairs(headers: [String: String], markedHeaders: Set<String>) -> [(name: String, value: String)] {
         guard !headers.isEmpty else { return [] }
-        let marked = markedHeaders.isEmpty ? standardNames : standardNames.union(markedHeaders.map { $0.lowercased() })
+        let marked = markedHeaders.isEmpty ? keyedNames : keyedNames.union(markedHeaders.map { $0.lowercased() })
         var pairs: [(name: String, value: String)] = []
         for (name, value) in headers {
             let lower = name.lowercased()

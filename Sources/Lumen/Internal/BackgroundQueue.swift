@@ -14,7 +14,8 @@ import Glibc
 /// stays saturated could queue jobs faster than that share runs them. When the cost of the
 /// jobs waiting (their bytes, as the caller counts them) exceeds ``backlogLimit``, the queue
 /// hands over to a thread at normal priority, which runs until the queue is empty; the next
-/// job starts a low-priority thread again. Jobs always run one at a time, in order.
+/// job starts a low-priority thread again. A waiter (``sync(_:)``, or an owner's flush through
+/// ``expedite()``) hands over the same way. Jobs always run one at a time, in order.
 ///
 /// The thread ends after ``idleLifetime`` seconds without work and starts again with the next
 /// job, so an unused queue holds no thread.
@@ -72,14 +73,28 @@ final class BackgroundQueue: @unchecked Sendable { // mutable state is guarded b
         if let lowered = start { startThread(lowered: lowered) }
     }
 
-    /// Runs `job` after every job queued before it, and waits for it. Never call it from a job.
+    /// Runs `job` after every job queued before it, and waits for it (at normal priority:
+    /// see ``expedite()``). Never call it from a job.
     func sync(_ job: @escaping @Sendable () -> Void) {
         let done = DispatchSemaphore(value: 0)
         async {
             job()
             done.signal()
         }
+        expedite()
         done.wait()
+    }
+
+    /// Somebody waits for the jobs queued so far (a flush): they run at normal priority from
+    /// the next one on, as for a backlog over the limit — on a saturated machine a niced
+    /// thread could otherwise keep the waiter for as long as the load lasts.
+    func expedite() {
+        condition.lock()
+        let start = owner?.lowered == true && !handingOver && head < jobs.count
+        if start { handingOver = true }
+        condition.unlock()
+        condition.broadcast()
+        if start { startThread(lowered: false) }
     }
 
     /// Whether the calling thread is the one running this queue's jobs.

@@ -96,8 +96,16 @@ public final class DataLoader: DataLoading, Sendable {
     static let fileChunkSize = 128 * 1024
 
     /// A fresh copy of the default configuration: at most 6 connections per host, a 60 s
-    /// idle timeout per request, 10 minutes per resource, and no `URLCache` (see the type's
-    /// documentation; set `urlCache` to opt back in).
+    /// idle timeout per request, 10 minutes per resource, no `URLCache` (see the type's
+    /// documentation; set `urlCache` to opt back in), and no cookie jar or credential store.
+    ///
+    /// Without a jar, a `Set-Cookie` in one response is never sent with a later request: a
+    /// server loading images for many users must never send one user's cookie on another's
+    /// request (the shared jar is process-wide, and FoundationNetworking even saves it to disk).
+    /// A request's own `Cookie` or `Authorization` header is sent as given (and keys the
+    /// request; see ``ImageRequest``). An app whose image URLs need the cookies its other
+    /// sessions collected sets `httpCookieStorage` (and `httpShouldSetCookies`) on a
+    /// configuration and passes it to ``init(configuration:allowsLocalFiles:validate:)``.
     public static var defaultConfiguration: URLSessionConfiguration {
         let configuration = URLSessionConfiguration.default
         configuration.httpMaximumConnectionsPerHost = 6
@@ -105,6 +113,10 @@ public final class DataLoader: DataLoading, Sendable {
         configuration.timeoutIntervalForResource = 600
         configuration.urlCache = nil
         configuration.requestCachePolicy = .useProtocolCachePolicy
+        configuration.httpCookieStorage = nil
+        configuration.httpShouldSetCookies = false
+        configuration.httpCookieAcceptPolicy = .never
+        configuration.urlCredentialStorage = nil
         return configuration
     }
 

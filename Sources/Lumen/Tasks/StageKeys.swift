@@ -10,7 +10,9 @@ import FoundationNetworking
 /// `Proxy-Authorization` and the request's ``ImageRequest/credentialHeaders``, in the canonical
 /// form of ``CredentialRule`` (the same fingerprint the cache keys use: values trimmed, empty
 /// ones ignored). Requests with different credentials never share a download, so one user's
-/// image is never handed to another. Timeouts and other headers don't change the bytes and are not part of the key.
+/// image is never handed to another. The headers that ask for another representation (`Range`,
+/// `If-Range`, `Accept`, `Accept-Language`) are in that fingerprint too. Timeouts and other
+/// headers don't change the bytes and are not part of the key.
 /// The options that change how the fetch uses the disk cache (reload, cache-only, disk reads
 /// and writes off) are part of it too, so a reload never joins a fetch served from disk.
 struct FetchKey: Hashable, Sendable, CustomStringConvertible {
