@@ -113,7 +113,7 @@ struct ProcessorIdentityTests {
         #expect(ImageProcessors.Grayscale().identifier == "lumen.grayscale")
         #expect(ImageProcessors.Anonymous(id: "my.sepia") { $0 }.identifier == "my.sepia")
         let composition = ImageProcessors.Composition([ImageProcessors.Grayscale(), ImageProcessors.Crop(x: 1, y: 2, width: 3, height: 4)])
-        #expect(composition.identifier == "lumen.composition[lumen.grayscale|lumen.crop?x=1&y=2&width=3&height=4]")
+        #expect(composition.identifier == "lumen.composition[15:lumen.grayscale|35:lumen.crop?x=1&y=2&width=3&height=4]")
     }
 }
 

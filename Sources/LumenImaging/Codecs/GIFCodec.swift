@@ -37,10 +37,52 @@ enum GIFCodec: ImageCodec {
                 throw .corrupted(reason: "GIF has no image")
             }
             let canvas = reader.canvas(containing: frame)
-            return ImageHeader(
+            var header = ImageHeader(
                 format: .gif, width: canvas.width, height: canvas.height,
                 hasAlpha: control.transparentIndex >= 0 || !frame.covers(canvas))
+            // Counted from the block structure, so that frames × canvas is checked against the
+            // pixel limit before any frame is decompressed or composited.
+            header.frameCount = max(1, countFrames(data))
+            return header
         }
+    }
+
+    /// The image descriptors in `data`, found by walking the GIF's blocks without decompressing
+    /// any: extensions and image data are skipped sub-block by sub-block. Stops at the trailer,
+    /// at a byte that starts no block, or where the data ends (counting a descriptor that
+    /// started there).
+    static func countFrames(_ data: UnsafeRawBufferPointer) -> Int {
+        let count = data.count
+        guard count >= 13 else { return 0 }
+        var i = 13
+        if data[10] & 0x80 != 0 { i += 3 << (Int(data[10] & 7) + 1) }  // the global colour table
+        /// Skips the sub-blocks from `i` (each a length byte and that many bytes, then a 0).
+        func skipSubBlocks(_ i: inout Int) {
+            while i < count {
+                let length = Int(data[i])
+                i += 1 + length
+                if length == 0 { return }
+            }
+        }
+        var frames = 0
+        while i < count {
+            switch data[i] {
+            case 0x21:  // an extension: its label, then sub-blocks
+                i += 2
+                skipSubBlocks(&i)
+            case 0x2C:  // an image: the descriptor, a local colour table, the LZW code size, data
+                frames += 1
+                guard i + 10 <= count else { return frames }
+                let packed = data[i + 9]
+                i += 10
+                if packed & 0x80 != 0 { i += 3 << (Int(packed & 7) + 1) }
+                i += 1
+                skipSubBlocks(&i)
+            default:  // the trailer (0x3B), or not a block
+                return frames
+            }
+        }
+        return frames
     }
 
     static func decode(

@@ -40,8 +40,13 @@ enum WebPCodec: ImageCodec {
             return CodecOutput(bitmap: frames[0].bitmap)
         }
         let width = Int(features.width), height = Int(features.height)
-        let scaled = scaledSize(width: width, height: height, minimum: minimumSize)
         let format: PixelFormat = features.has_alpha != 0 ? .rgba8 : .rgb8
+        // For a lossy image with alpha (VP8 data and an ALPH chunk), libwebp's scaler averages
+        // colour without weighting it by alpha, which darkens the edges of transparent areas:
+        // such an image decodes at full size, and Lumen's premultiplied resampler makes the
+        // size. Lossless images (format 2) are scaled premultiplied by libwebp itself.
+        let scalesInLibwebp = features.has_alpha == 0 || features.format == 2
+        let scaled = scalesInLibwebp ? scaledSize(width: width, height: height, minimum: minimumSize) : nil
 
         var config = WebPDecoderConfig()
         guard WebPInitDecoderConfig(&config) != 0 else {

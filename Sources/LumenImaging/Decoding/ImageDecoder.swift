@@ -12,8 +12,9 @@ public struct ImageInfo: Sendable, Hashable {
     public var hasAlpha: Bool
     /// The stored EXIF orientation (`.up` when absent).
     public var orientation: ImageOrientation
-    /// Number of frames when the header says so cheaply (1 for still images; may be 1 for an
-    /// animation whose frames are only counted while decoding).
+    /// Number of frames: 1 for still images (and APNG, decoded as its first frame); an
+    /// animated WebP's from its header, a GIF's counted from its block structure without
+    /// decompressing any frame.
     public var frameCount: Int
 }
 

@@ -123,9 +123,11 @@ extension ImageProcessors {
             return image
         }
 
-        /// `lumen.composition[…]`: the parts' identifiers in order, separated by `|`.
+        /// `lumen.composition[…]`: the parts' identifiers in order, separated by `|`, each
+        /// prefixed with its length in UTF-8 bytes and `:` (`lumen.composition[3:abc|1:d]`), so
+        /// that no two compositions share one (a part's own `|` cannot pass for a separator).
         public var identifier: String {
-            "lumen.composition[" + processors.map(\.identifier).joined(separator: "|") + "]"
+            "lumen.composition[" + processors.map { "\($0.identifier.utf8.count):\($0.identifier)" }.joined(separator: "|") + "]"
         }
 
         /// Whether both compositions have equal hashable identities, part by part, in order.
