@@ -23,9 +23,15 @@ fi
 PYTHON="${PYTHON:-python3}"
 if [ ! -x "$VENV/bin/python" ]; then
     echo "install-comparison-tools: creating virtual environment $VENV"
-    if ! "$PYTHON" -m venv "$VENV"; then
-        echo "install-comparison-tools: python3 -m venv failed; install python3-venv (apt-get install python3-venv)" >&2
-        exit 1
+    if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
+        # Debian ships venv (and pip) apart from python3.
+        echo "install-comparison-tools: installing python3-venv (apt)"
+        rm -rf "$VENV"
+        if ! apt-cache policy python3-venv 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+            $SUDO apt-get update
+        fi
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends python3-venv python3-pip
+        "$PYTHON" -m venv "$VENV"
     fi
 fi
 if ! "$VENV/bin/python" -c 'import PIL, pyvips' >/dev/null 2>&1; then

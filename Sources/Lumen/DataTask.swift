@@ -131,6 +131,8 @@ public final class DataTask: @unchecked Sendable { // mutable state guarded by t
         guard self.outcome == nil else { return }
         self.outcome = outcome
         graph.unregister(self)
+        // The counters go out first: the awaiting caller may read the metrics as soon as it runs.
+        if !waiters.isEmpty { graph.publishCountsBeforeResuming() }
         for waiter in waiters { waiter.resume() } // only enqueues the awaiting tasks
         waiters = []
     }

@@ -347,8 +347,10 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         self.outcome = outcome
         graph.unregister(self)
         // Resuming only enqueues the awaiting task, so it is safe under the lock and saves a
-        // deferred closure per subscriber when thousands finish at once.
+        // deferred closure per subscriber when thousands finish at once. The counters go out
+        // first: the awaiting caller may read the metrics as soon as it runs.
         if let waiter {
+            graph.publishCountsBeforeResuming()
             waiter.resume()
             self.waiter = nil
             for other in moreWaiters { other.resume() }

@@ -414,6 +414,7 @@ struct CacheContractTests {
         server.serve(path: "/pe.jpg", data: Self.v1, etag: "\"1\"", cacheControl: "max-age=10")
         let request = ImageRequest(url: server.url(for: "/pe.jpg"), processors: [MockImageProcessor("p")], thumbnail: .maxPixelSize(8))
         _ = try await h.pipeline.image(for: request)
+        await h.pipeline.waitForMetrics { $0.diskCache.writes >= 1 } // encoded off the response's path
         await h.flush()
         h.clock.advance(by: 5)
         h.pipeline.cache.removeAllFromMemory()
@@ -605,6 +606,7 @@ struct CacheContractTests {
         let alice = pipelineCacheRequest(url, authorization: "Bearer alice", processors: [p], thumbnail: .maxPixelSize(8))
         let bob = pipelineCacheRequest(url, authorization: "Bearer bob", processors: [p], thumbnail: .maxPixelSize(8))
         _ = try await h.pipeline.image(for: alice)
+        await h.pipeline.waitForMetrics { $0.diskCache.writes >= 1 } // encoded off the response's path
         await h.flush()
         h.pipeline.cache.removeAllFromMemory()
         #expect(try await h.pipeline.image(for: bob).cacheType == nil)

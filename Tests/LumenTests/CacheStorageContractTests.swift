@@ -321,6 +321,7 @@ struct CacheStorageContractTests {
         let url = PipelineCacheURLs.a
         let request = ImageRequest(url: url, processors: [processor], thumbnail: .maxPixelSize(8))
         _ = try await h.pipeline.image(for: request)
+        await h.pipeline.waitForMetrics { $0.diskCache.writes >= 1 } // encoded off the response's path
         await h.flush()
         #expect(applications.total == 1)
         // Original bytes are not written under storeEncodedImages for a processed request.

@@ -594,10 +594,15 @@ struct FetchImageEdgeCaseTests {
         let decoding = h.pipeline.configuration.decodingQueue
         decoding.isSuspended = true
         let one = FetchImage(pipeline: h.pipeline), two = FetchImage(pipeline: h.pipeline)
+        // The download is held until both models joined it (else the first could finish before
+        // the second asks, which then downloads again).
+        h.loader.isSuspended = true
         for model in [one, two] {
             model.load(ImageRequest(url: PipelineURLs.a))
             model.displaySize(width: 100, height: 100)
         }
+        await h.loader.waitForLoads(1)
+        h.loader.resume()
         await h.recorder.wait { $0.subscriptions(.decode) == 2 }
         one.onDisappear()
         decoding.isSuspended = false

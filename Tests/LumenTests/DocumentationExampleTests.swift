@@ -332,7 +332,9 @@ extension DocumentationExampleTests {
 
             configuration.isTaskCoalescingEnabled = false
             let pipeline = ImagePipeline(configuration: configuration)
+            loader.isSuspended = true // all four start before any finishes
             let tasks = (0..<4).map { _ in pipeline.imageTask(with: ImageRequest(url: url)) }
+            loader.resume()
             for task in tasks { _ = try await task.response }
             #expect(loader.loadCount == 4)
         }

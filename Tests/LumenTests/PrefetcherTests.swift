@@ -211,6 +211,7 @@ struct PrefetcherTests {
         let h = PipelineHarness()
         _ = try await h.pipeline.image(for: PipelineURLs.a)
         #expect(h.pipeline.cache.containsCachedImage(for: ImageRequest(url: PipelineURLs.a)))
+        await h.waitUntilIdle() // the finished request's bookkeeping is done
         let prefetcher = ImagePrefetcher(pipeline: h.pipeline)
         prefetcher.startPrefetching(with: [PipelineURLs.a])
         #expect(prefetcher.isIdle)

@@ -263,7 +263,8 @@ public final class ImagePrefetcher: Sendable {
             state.idleWaiters = []
             return (waiters, state.didComplete)
         }
-        waiters.forEach { $0.resume() }
+        // The signal first: code resumed from `waitUntilIdle()` finds it given.
         didComplete?()
+        waiters.forEach { $0.resume() }
     }
 }

@@ -99,6 +99,8 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     @exclusivity(unchecked) private(set) var priority = ImageRequest.Priority.veryLow
     @exclusivity(unchecked) private var isStarted = false
     @exclusivity(unchecked) private(set) var isDisposed = false
+    /// The latest progress sent, for subscribers that join later.
+    @exclusivity(unchecked) private var lastProgress: ImageTask.Progress?
     /// The queued or running operation of this stage, if any.
     @exclusivity(unchecked) var operation: (queue: WorkQueue, item: WorkQueue.Item)?
     /// The subscription to the stage below, while its result is awaited.
@@ -156,6 +158,8 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
             graph.count(stage) { $0.joined += 1 }
             graph.emit(.joined(stage, key: keyDescription))
             if priority > self.priority { updatePriority() }
+            // A subscriber joining work under way starts from where it is, not from zero.
+            if let lastProgress { handler(.progress(lastProgress)) }
         }
         return isDisposed ? nil : Subscription(task: self, slot: slot, id: id)
     }
@@ -204,6 +208,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     /// Forwards progress to every subscriber.
     final func send(progress: ImageTask.Progress) {
         guard !isDisposed else { return }
+        lastProgress = progress
         let current = subscribers
         current.forEach { $0.handler?(.progress(progress)) }
     }
