@@ -131,9 +131,11 @@ public final class DataTask: @unchecked Sendable { // mutable state guarded by t
         guard self.outcome == nil else { return }
         self.outcome = outcome
         graph.unregister(self)
-        // The counters go out first: the awaiting caller may read the metrics as soon as it runs.
-        if !waiters.isEmpty { graph.publishCountsBeforeResuming() }
-        for waiter in waiters { waiter.resume() } // only enqueues the awaiting tasks
+        // Resumed once the lock is released (see `ImageTask.complete`).
+        if !waiters.isEmpty {
+            let resumed = waiters
+            graph.afterUnlock { for waiter in resumed { waiter.resume() } }
+        }
         waiters = []
     }
 }

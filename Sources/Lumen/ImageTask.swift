@@ -346,15 +346,17 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         guard self.outcome == nil else { return }
         self.outcome = outcome
         graph.unregister(self)
-        // Resuming only enqueues the awaiting task, so it is safe under the lock and saves a
-        // deferred closure per subscriber when thousands finish at once. The counters go out
-        // first: the awaiting caller may read the metrics as soon as it runs.
+        // The awaiting callers resume once the lock is released: by then the whole step is
+        // done (every other subscriber of the work has had its turn, a processor its job
+        // queued) and the metrics count it, so what a caller reads next agrees with its result.
         if let waiter {
-            graph.publishCountsBeforeResuming()
-            waiter.resume()
+            let others = moreWaiters
             self.waiter = nil
-            for other in moreWaiters { other.resume() }
             moreWaiters = []
+            graph.afterUnlock {
+                waiter.resume()
+                for other in others { other.resume() }
+            }
         }
         guard !streams.isEmpty else { return }
         // Finishing a stream runs its `onTermination`, which takes the lock: after unlocking.

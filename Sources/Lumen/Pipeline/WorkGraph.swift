@@ -104,13 +104,6 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         if metricsStore.update({ counts.apply(to: &$0) }) { needsWaiterCheck = true }
     }
 
-    /// Publishes the counters changed so far in this critical section now: before resuming a
-    /// caller that awaits a result, so that the metrics it reads next already count it (the
-    /// rest of the section's changes are published at its end, as usual). Must hold the lock.
-    func publishCountsBeforeResuming() {
-        publishCounts()
-    }
-
     /// Queues `effect` to run after the lock is released. Must hold the lock.
     func afterUnlock(_ effect: @escaping () -> Void) {
         deferred.append(effect)
