@@ -97,10 +97,9 @@ enum PNGCodec: ImageCodec {
                     return try finishDecode(ctx, Bitmap(width: info.width, height: info.height, format: format, pixels: pixels),
                                             options: options, data: data)
                 }
-                // A missing row: cancelled, or libspng decodes the image instead.
-                try options.cancellation?.check()
             }
-            // libspng's whole-image decode runs to its end: the last look at the cancellation.
+            // A missing row above was a cancellation or a reason to decode with libspng, whose
+            // whole-image decode runs to its end: the last look at the cancellation.
             try options.cancellation?.check()
             var status: Int32 = 0
             let pixels = [UInt8](unsafeUninitializedCapacity: length) { buffer, initialized in
