@@ -75,6 +75,33 @@ struct LoadingHTTPContractTests {
         #expect(server.requestCount(for: "/cut.jpg") == 2)
     }
 
+    /// With a retry policy, what a real connection does wrong is retried by the default
+    /// predicate: a body cut short, a port nobody listens on. A 404 is not.
+    @Test func theDefaultRetryPredicateRetriesRealTransportFailures() async throws {
+        let server = try LoopbackServer()
+        server.serve(path: "/cut.jpg", data: bytes(10_000))
+        server.truncate(path: "/cut.jpg", after: 4_000)
+        server.serve(path: "/gone.jpg", data: bytes(100))
+        server.respond(path: "/gone.jpg", status: 404)
+        var configuration = ImagePipeline.Configuration(dataLoader: DataLoader())
+        configuration.decoder = TrivialImageDecoder()
+        configuration.retryPolicy = ImagePipeline.RetryPolicy(maximumAttempts: 2)
+        let pipeline = ImagePipeline(configuration: configuration)
+        let cut = await failure { try await pipeline.image(for: server.url(for: "/cut.jpg")) }
+        #expect(cut?.code == .dataLoadingFailed)
+        #expect(server.requestCount(for: "/cut.jpg") == 2)
+        let gone = await failure { try await pipeline.image(for: server.url(for: "/gone.jpg")) }
+        #expect(gone?.statusCode == 404)
+        #expect(server.requestCount(for: "/gone.jpg") == 1)
+        let closed = server.url(for: "/cut.jpg")
+        server.stop()
+        let before = pipeline.metrics.networkRequestsStarted
+        let refused = await failure { try await pipeline.image(for: closed) }
+        #expect(refused?.code == .dataLoadingFailed)
+        #expect(refused.map(ImagePipeline.RetryPolicy.isTransient) == true, "\(String(describing: refused))")
+        #expect(pipeline.metrics.networkRequestsStarted - before == 2)
+    }
+
     /// A chunked body of unknown length arrives whole.
     @Test func aChunkedBodyArrivesWhole() async throws {
         let server = try LoopbackServer()

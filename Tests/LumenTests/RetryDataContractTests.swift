@@ -195,16 +195,45 @@ struct RetryContractTests {
         #expect(m.networkRequestsStarted == 2)
     }
 
-    /// A data closure's error has no HTTP status: the default policy counts it as transient.
-    /// Recorded here as observed behaviour (the docs speak of "transport errors").
-    @Test func closureErrorsAndTheDefaultPolicy() async throws {
+    /// The default policy retries transport errors however they were thrown, and nothing of
+    /// the caller's own: a data closure's error is final unless it is a transient `URLError`.
+    @Test(arguments: [
+        (ClosureFailure.own, 1), (.url(.timedOut), 3), (.url(.networkConnectionLost), 3),
+        (.url(.cannotConnectToHost), 3), (.url(.badURL), 1), (.url(.unsupportedURL), 1),
+        (.loader(.incompleteBody(expected: 10, received: 4)), 3), (.loader(.invalidDataURL), 1),
+        (.loader(.fileNotFound(URL(fileURLWithPath: "/nonexistent"))), 1),
+    ])
+    func theDefaultPolicyRetriesOnlyTransportFailures(failure: ClosureFailure, expectedCalls: Int) async throws {
         struct Boom: Error {}
         var configuration = ImagePipeline.Configuration(dataLoader: MockDataLoader())
         configuration.retryPolicy = ImagePipeline.RetryPolicy(maximumAttempts: 3)
         let pipeline = ImagePipeline(configuration: configuration)
         let calls = CallCounter()
-        _ = await errorThrown { try await pipeline.image(for: ImageRequest(id: "boom", data: { calls.increment(); throw Boom() })) }
-        #expect(calls.value == 3) // observed: a closure's own error is retried like a transport error
+        let error = await errorThrown {
+            try await pipeline.image(for: ImageRequest(id: "boom", data: {
+                calls.increment()
+                switch failure {
+                case .own: throw Boom()
+                case .url(let code): throw URLError(code)
+                case .loader(let error): throw error
+                }
+            }))
+        }
+        #expect((error as? ImagePipeline.Error)?.code == .dataLoadingFailed)
+        #expect(calls.value == expectedCalls, "\(failure)")
+    }
+
+    enum ClosureFailure: Sendable, CustomStringConvertible {
+        case own
+        case url(URLError.Code)
+        case loader(DataLoader.Error)
+        var description: String {
+            switch self {
+            case .own: "the closure's own error"
+            case .url(let code): "URLError \(code.rawValue)"
+            case .loader(let error): "\(error)"
+            }
+        }
     }
 
     /// An attempt that fails part-way then a full retry: the progress a task reports is never

@@ -110,8 +110,9 @@ extension ImagePipeline {
         /// - Parameters:
         ///   - maximumAttempts: total attempts including the first; at least 1.
         ///   - shouldRetry: whether a failure may be retried; the default is
-        ///     ``isTransient(_:)``: transport errors, 408, 429 and 5xx — never a 404 or 403,
-        ///     which a second attempt would only repeat.
+        ///     ``isTransient(_:)``: transport errors, bodies cut short, 408, 429 and 5xx —
+        ///     never a 404 or 403, nor an error of the caller's own, which a second attempt
+        ///     would only repeat.
         public init(maximumAttempts: Int, shouldRetry: @escaping @Sendable (ImagePipeline.Error) -> Bool = RetryPolicy.isTransient) {
             precondition(maximumAttempts >= 1, "RetryPolicy: maximumAttempts must be at least 1")
             self.maximumAttempts = maximumAttempts
@@ -121,12 +122,35 @@ extension ImagePipeline {
         /// No retries.
         public static let none = RetryPolicy(maximumAttempts: 1) { _ in false }
 
-        /// Whether `error` is a failure that may pass: a download that failed without an HTTP
-        /// status (a transport error), or with 408 (timeout), 429 (too many requests) or 5xx.
+        /// Whether `error` is a failure that may pass:
+        /// - a transport error: a `URLError` whose code says the network failed on the way
+        ///   (timed out, connection refused, lost or not secured, host not found, offline),
+        ///   however the loader or a request's data closure threw it;
+        /// - a body cut short of its announced length (``DataLoader/Error/incompleteBody(expected:received:)``);
+        /// - an HTTP status of 408 (timeout), 429 (too many requests) or 5xx.
+        ///
+        /// Anything else is final: a 404 or 403, a malformed URL, a missing local file, an
+        /// error of the caller's own (from a data closure or a custom loader) — a second
+        /// attempt would only repeat it. Pass your own `shouldRetry` to widen it.
         @Sendable public static func isTransient(_ error: ImagePipeline.Error) -> Bool {
             guard error.code == .dataLoadingFailed else { return false }
-            guard let status = error.statusCode else { return true }
-            return status == 408 || status == 429 || (500..<600).contains(status)
+            if let status = error.statusCode {
+                return status == 408 || status == 429 || (500..<600).contains(status)
+            }
+            switch error.underlyingError {
+            case let error as URLError: return transientURLErrorCodes.contains(error.code)
+            case let error as DataLoader.Error:
+                if case .incompleteBody = error { return true }
+                return false
+            default: return false
+            }
         }
+
+        /// `URLError` codes for failures on the way that a later attempt may not meet.
+        static let transientURLErrorCodes: Set<URLError.Code> = [
+            .timedOut, .cannotFindHost, .cannotConnectToHost, .networkConnectionLost, .dnsLookupFailed,
+            .notConnectedToInternet, .secureConnectionFailed, .resourceUnavailable, .internationalRoamingOff,
+            .callIsActive, .dataNotAllowed, .backgroundSessionWasDisconnected,
+        ]
     }
 }
