@@ -76,12 +76,15 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     /// The final memory key `image(for:)` computed for its hit check, until ``run()``
     /// subscribes (used only by the Swift task that created this one, before it subscribes).
     @exclusivity(unchecked) private var pendingFinalMemoryKey: ImageCacheKey?
+    /// The graph's count of finished stages, read before that hit check (same lifetime).
+    @exclusivity(unchecked) private var pendingGeneration: Int?
 
-    init(request: ImageRequest, graph: WorkGraph, finalMemoryKey: ImageCacheKey? = nil) {
+    init(request: ImageRequest, graph: WorkGraph, finalMemoryKey: ImageCacheKey? = nil, generation: Int? = nil) {
         self.request = request
         self.graph = graph
         self._priority = request.priority
         self.pendingFinalMemoryKey = finalMemoryKey
+        self.pendingGeneration = generation
     }
 
     /// A task that is already complete (a memory-cache hit): it never touches the graph's
@@ -263,8 +266,10 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     @inline(never)
     private func subscribe(waiting continuation: Waiter) {
         let finalMemoryKey = pendingFinalMemoryKey
+        let generation = pendingGeneration
         pendingFinalMemoryKey = nil
-        if start(finalMemoryKey: finalMemoryKey, registering: continuation) { continuation.resume() }
+        pendingGeneration = nil
+        if start(finalMemoryKey: finalMemoryKey, registering: continuation, generation: generation) { continuation.resume() }
     }
 
     /// Subscribes to the graph — the one way a task starts, for ``ImagePipeline/imageTask(with:)``
@@ -273,21 +278,65 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     /// it (``WorkGraph/makesKeysUnderLock(for:finalMemoryKey:)``: a request joining a running
     /// decode then makes none). Answers `true` when the task had already ended
     /// (`continuation` is then not kept: resume it).
+    ///
+    /// **A stage finishing meanwhile.** The caller looked for the final image in the memory
+    /// cache, and the keys looked for a processor prefix there, before the lock. A stage stores
+    /// its image in memory and then leaves its pool; one that did both in between would be
+    /// missed twice, and the request would start the same work again. `generation`, the
+    /// graph's count of finished stages read before the caller's lookup, tells: when it moved
+    /// and the request has no running work to join, the memory cache is looked at again (and
+    /// the keys made again) before new work starts. `nil`: no memory cache to look at.
     @inline(never)
-    func start(finalMemoryKey: ImageCacheKey?, registering continuation: Waiter?) -> Bool {
+    func start(finalMemoryKey: ImageCacheKey?, registering continuation: Waiter?, generation: Int? = nil) -> Bool {
+        if case .started(let ended) = attemptStart(finalMemoryKey: finalMemoryKey, registering: continuation, generation: generation) {
+            return ended
+        }
+        if let finalMemoryKey, CacheLayers.readsMemory(request.options), !graph.invalidatedFlag.load(ordering: .acquiring),
+           let container = graph.caches.cachedImage(for: finalMemoryKey) {
+            return graph.sync {
+                if outcome == nil {
+                    outcome = .success(ImageResult(container: container, urlResponse: nil, cacheType: .memory))
+                }
+                return continuation.map(registerLocked) ?? false
+            }
+        }
+        guard case .started(let ended) = attemptStart(finalMemoryKey: finalMemoryKey, registering: continuation, generation: nil) else {
+            preconditionFailure("ImageTask: a start without a generation always starts")
+        }
+        return ended
+    }
+
+    private enum StartAttempt {
+        /// Subscribed (or found the task ended); the flag as ``start(finalMemoryKey:registering:generation:)`` answers.
+        case started(Bool)
+        /// A stage finished since `generation` and nothing runs to join: look again.
+        case retry
+    }
+
+    private func attemptStart(finalMemoryKey: ImageCacheKey?, registering continuation: Waiter?, generation: Int?) -> StartAttempt {
         let source = graph.derivationSource(for: request)
         if graph.makesKeysUnderLock(for: request, finalMemoryKey: finalMemoryKey) {
             let decodeKey = DecodeKey(request)
             return graph.sync {
+                if let generation, mustLookAgain(since: generation, keys: nil, decodeKey: decodeKey) { return .retry }
                 startLocked(decodeKey: decodeKey, finalMemoryKey: finalMemoryKey, derivationSource: source)
-                return continuation.map(registerLocked) ?? false
+                return .started(continuation.map(registerLocked) ?? false)
             }
         }
         let keys = graph.requestKeys(for: request, finalMemoryKey: finalMemoryKey, derivationSource: source)
         return graph.sync {
+            if let generation, mustLookAgain(since: generation, keys: keys, decodeKey: nil) { return .retry }
             startLocked(keys: keys)
-            return continuation.map(registerLocked) ?? false
+            return .started(continuation.map(registerLocked) ?? false)
         }
+    }
+
+    /// Whether a stage finished since `generation` while this request, not yet ended, has no
+    /// running work to join. Must hold the graph's lock.
+    private func mustLookAgain(since generation: Int, keys: RequestKeys?, decodeKey: DecodeKey?) -> Bool {
+        outcome == nil && !graph.isInvalidated
+            && graph.finishedStages.load(ordering: .relaxed) != generation
+            && !graph.joinsRunningWork(request, keys: keys, decodeKey: decodeKey)
     }
 
     /// Resumes `continuation` once there is a result (at once if there is one).

@@ -74,18 +74,20 @@ public final class ImagePipeline: Sendable {
     /// holds, and the graph starts from there.
     public func imageTask(with request: ImageRequest) -> ImageTask {
         let finalKey = !graph.caches.hasImageCache ? nil : RequestCacheKeys.finalMemoryKey(request)
+        // Read before the memory cache is: see `ImageTask.start`.
+        let generation = finalKey == nil ? nil : graph.finishedStages.load(ordering: .acquiring)
         if let finalKey, let response = cachedResponse(for: request, key: finalKey) {
             return ImageTask(request: request, graph: graph, completedWith: response)
         }
-        return startTask(with: request, finalMemoryKey: finalKey)
+        return startTask(with: request, finalMemoryKey: finalKey, generation: generation)
     }
 
     /// Starts `request` in the graph (its final image was not in memory). `finalMemoryKey`:
     /// the request's final memory key, computed once by the caller (`nil` without a memory
-    /// cache).
-    private func startTask(with request: ImageRequest, finalMemoryKey: ImageCacheKey?) -> ImageTask {
+    /// cache); `generation`: the graph's count of finished stages read before that lookup.
+    private func startTask(with request: ImageRequest, finalMemoryKey: ImageCacheKey?, generation: Int?) -> ImageTask {
         let task = ImageTask(request: request, graph: graph)
-        _ = task.start(finalMemoryKey: finalMemoryKey, registering: nil)
+        _ = task.start(finalMemoryKey: finalMemoryKey, registering: nil, generation: generation)
         return task
     }
 
@@ -141,8 +143,9 @@ public final class ImagePipeline: Sendable {
     @inline(never)
     private func prepare(_ request: ImageRequest) -> Prepared {
         let finalKey = !graph.caches.hasImageCache ? nil : RequestCacheKeys.finalMemoryKey(request)
+        let generation = finalKey == nil ? nil : graph.finishedStages.load(ordering: .acquiring)
         if let finalKey, let response = cachedResponse(for: request, key: finalKey) { return .hit(response) }
-        return .miss(ImageTask(request: request, graph: graph, finalMemoryKey: finalKey))
+        return .miss(ImageTask(request: request, graph: graph, finalMemoryKey: finalKey, generation: generation))
     }
 
     /// Loads the original bytes of `request` (no decoding), sharing a running download of the

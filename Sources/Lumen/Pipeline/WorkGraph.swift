@@ -32,6 +32,12 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     let caches: CacheLayers
     /// Mirrors ``isInvalidated`` for the memory-hit path, which does not take the lock.
     let invalidatedFlag = Atomic<Bool>(false)
+    /// How many stage tasks have finished with a value, for requests that looked in the memory
+    /// cache before taking the lock (see ``ImageTask/start(finalMemoryKey:registering:generation:)``):
+    /// a stage stores its image in memory, then leaves its pool as it finishes, so a request
+    /// that found neither may have looked in between — this count tells it to look again.
+    /// Raised under the lock; read without it.
+    let finishedStages = Atomic<Int>(0)
 
     private let lock = NSLock()
     @exclusivity(unchecked) private var deferred: [() -> Void] = []
@@ -263,6 +269,18 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
             task.isPooled = true
         }
         return task
+    }
+
+    /// Whether `request` would join running work for its final image rather than start new
+    /// work: the pool holds a task for its top stage that it may join. `keys`: its keys when
+    /// made; else `decodeKey` (a request without processors). Must hold the lock.
+    func joinsRunningWork(_ request: ImageRequest, keys: RequestKeys?, decodeKey: DecodeKey?) -> Bool {
+        guard configuration.isTaskCoalescingEnabled else { return false }
+        if let keys, let last = keys.process.last {
+            return processPool[last]?.mayBeJoined(by: request) ?? false
+        }
+        guard let key = keys?.decode ?? decodeKey else { return false }
+        return decodePool[key]?.mayBeJoined(by: request) ?? false
     }
 
     /// The decode task running for `key` that `request` may join, when coalescing is on. Must
