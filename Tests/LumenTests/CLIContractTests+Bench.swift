@@ -64,6 +64,15 @@ extension CLIContractTests {
             #expect(outcome.standardError.contains("usage: lumen bench"), "\(arguments): \(outcome.standardError)")
         }
 
+        /// `lumen demo`'s options (`--quick`, `--seed N`, `--json`, `--output DIR`): anything
+        /// else, or a malformed value, is a usage error.
+        @Test(arguments: [["--seed", "x"], ["--seed"], ["--output"], ["--bogus"], ["extra"]])
+        func demoUsageErrorsExitTwo(arguments: [String]) async throws {
+            let outcome = try await CLIContractTests.run(["demo"] + arguments)
+            #expect(outcome.status == 2, "\(arguments): \(outcome.standardOutput)")
+            #expect(outcome.standardError.contains("usage: lumen demo"), "\(arguments): \(outcome.standardError)")
+        }
+
         /// `lumen demo` on the quick trace: the side-by-side table with every row issue 5
         /// names, for the three loaders; the contact sheet's path, a PNG in `--output`; and the
         /// four production risks by name, each with its numbers.

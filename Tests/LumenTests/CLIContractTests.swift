@@ -168,6 +168,41 @@ struct CLIContractTests {
         #expect(Set(try FileManager.default.contentsOfDirectory(atPath: output.path)) == ["hopper.jpeg", "flower.jpeg", "transparent.jpeg"])
     }
 
+    // MARK: Exit code 1 for the output directory
+
+    /// An output directory that cannot be made exits 1 with a line that says why (the
+    /// system's reason: here ENOTDIR, "Not a directory"), never a Foundation error code.
+    @Test(arguments: ["file", "file/below", "file/below/deeper"])
+    func anOutputDirectoryThatCannotBeMadeSaysWhy(path: String) async throws {
+        let root = try Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: root) }
+        try Data("x".utf8).write(to: root.appendingPathComponent("file"))
+        let output = root.appendingPathComponent(path).path
+        let input = Self.corpus.appendingPathComponent("real-world/hopper.jpg").path
+        let outcome = try await Self.run(["thumbnail", input, "--size", "32", "--output", output, "--no-cache"])
+        #expect(outcome.status == 1, "\(outcome.standardError)")
+        #expect(outcome.standardError.contains("cannot create the output directory \(output)"), "\(outcome.standardError)")
+        withKnownIssue("a directory below a regular file reads `(NSCocoaErrorDomain error 512.)`, not ENOTDIR's reason") {
+            #expect(outcome.standardError.contains("Not a directory"), "\(outcome.standardError)")
+            #expect(!outcome.standardError.contains("ErrorDomain"), "\(outcome.standardError)")
+        } when: {
+            path != "file"
+        }
+    }
+
+    /// An output directory that exists but takes no files fails every input, one typed line
+    /// each (a repeated input once), exit 1.
+    @Test func anOutputDirectoryThatTakesNoFilesFailsEveryInput() async throws {
+        let inputs = ["hopper.jpg", "flower.webp"].map { Self.corpus.appendingPathComponent("real-world/\($0)").path }
+        let outcome = try await Self.run(["thumbnail"] + inputs + [inputs[0], "--size", "32", "--output", "/proc/self", "--no-cache"])
+        #expect(outcome.status == 1)
+        #expect(try Self.summary(outcome.standardOutput) == Summary(done: 0, failed: 3, networkRequests: 0, cacheHits: 0))
+        for input in inputs {
+            let lines = Self.failureLines(for: input, in: outcome.standardError)
+            #expect(lines.count == 1 && lines[0].contains("writeFailed"), "\(input): \(outcome.standardError)")
+        }
+    }
+
     // MARK: Formats, sizes, quality
 
     /// Each `--format` writes that format under its own extension, at most `--size` on the
