@@ -143,6 +143,8 @@ extension CLIContractTests {
             server.serve(path: "/broken.png", data: try CLIContractTests.corpusData("broken.png"), contentType: "image/png")
             server.serve(path: "/page.jpg", data: Data("<html><body>not here</body></html>".utf8), contentType: "text/html")
             server.serve(path: "/empty.jpg", data: Data(), contentType: "image/jpeg")
+            server.serve(path: "/cut.jpg", data: try CLIContractTests.corpusData("flower.jpg"), contentType: "image/jpeg")
+            server.truncate(path: "/cut.jpg", after: 2000)  // the connection closes mid-body
             let root = try CLIContractTests.temporaryDirectory()
             defer { try? FileManager.default.removeItem(at: root) }
             try Data().write(to: root.appendingPathComponent("empty.jpg"))
@@ -154,6 +156,7 @@ extension CLIContractTests {
                 server.url(for: "/broken.png").absoluteString: "corrupted",
                 server.url(for: "/page.jpg").absoluteString: "unsupportedFormat",
                 server.url(for: "/empty.jpg").absoluteString: "",
+                server.url(for: "/cut.jpg").absoluteString: "",
                 CLIContractTests.corpus.appendingPathComponent("real-world/truncated_image.png").path: "truncated",
                 CLIContractTests.corpus.appendingPathComponent("real-world/decompression_bomb.gif").path: "tooLarge",
                 root.appendingPathComponent("empty.jpg").path: "",
@@ -176,6 +179,21 @@ extension CLIContractTests {
             }
             #expect(!outcome.standardError.contains("Error Domain="), "\(outcome.standardError)")
             #expect(Set(try FileManager.default.contentsOfDirectory(atPath: output.path)) == ["good.jpeg", "flower.jpeg"])
+        }
+
+        /// An IPv6 literal is a URL like any other: with nothing listening, its failure is a
+        /// failed connection (or an unreachable network), not a malformed URL.
+        @Test func anIPv6LiteralURLIsTriedNotRefused() async throws {
+            let output = try CLIContractTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: output) }
+            let url = "http://[::1]:1/a.jpg"
+            let outcome = try await CLIContractTests.run(["thumbnail", url, "--size", "32", "--output", output.path, "--no-cache"])
+            #expect(outcome.status == 1)
+            let lines = CLIContractTests.failureLines(for: url, in: outcome.standardError)
+            #expect(lines.count == 1, "\(outcome.standardError)")
+            withKnownIssue("`http://[::1]:PORT/…` fails as `bad URL` (NSURLErrorDomain error -1000) before any connection is tried") {
+                #expect(!outcome.standardError.contains("bad URL") && !outcome.standardError.contains("ErrorDomain"), "\(outcome.standardError)")
+            }
         }
 
         /// A server error: one line naming the status, exit 1 (however often it was retried).
