@@ -395,9 +395,25 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         guard self.outcome == nil else { return }
         self.outcome = outcome
         graph.unregister(self)
-        // The awaiting callers resume once the lock is released: by then the whole step is
-        // done (every other subscriber of the work has had its turn, a processor its job
-        // queued) and the metrics count it, so what a caller reads next agrees with its result.
+        // Once the lock is released, in this order: the event streams get `.finished` (and
+        // end), then the awaiting callers resume. By then the whole step is done (every other
+        // subscriber of the work has had its turn, a processor its job queued) and the metrics
+        // count it, so what a caller reads next — the metrics, or a stream it reads after its
+        // `response` returned — agrees with its result.
+        if !streams.isEmpty {
+            // Finishing a stream runs its `onTermination`, which takes the lock.
+            let streams = Array(self.streams.values)
+            graph.previewReaders -= streams.count
+            self.streams = [:]
+            if let finished = result {
+                graph.afterUnlock {
+                    for stream in streams {
+                        stream.yield(.finished(finished))
+                        stream.finish()
+                    }
+                }
+            }
+        }
         if let waiter {
             let others = moreWaiters
             self.waiter = nil
@@ -405,18 +421,6 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
             graph.afterUnlock {
                 waiter.resume()
                 for other in others { other.resume() }
-            }
-        }
-        guard !streams.isEmpty else { return }
-        // Finishing a stream runs its `onTermination`, which takes the lock: after unlocking.
-        let streams = Array(self.streams.values)
-        graph.previewReaders -= streams.count
-        self.streams = [:]
-        guard let finished = result else { return }
-        graph.afterUnlock {
-            for stream in streams {
-                stream.yield(.finished(finished))
-                stream.finish()
             }
         }
     }

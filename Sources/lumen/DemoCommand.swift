@@ -17,6 +17,10 @@ enum DemoCommand {
     static let usageText = "usage: lumen demo [--quick] [--seed N] [--json] [--output DIR]"
 
     static func run(_ argv: [String]) -> Int32 {
+        if argv.contains("-h") || argv.contains("--help") {
+            print(usageText)
+            return 0
+        }
         let args: Arguments
         let seed: UInt64
         do {

@@ -19,7 +19,10 @@ import Synchronization
 /// Output names: `DIR/<name>.<format>`, `<name>` being the input's last path component
 /// without its extension and query (`image` for `data:` URLs). Names are given in input order
 /// before anything loads: when distinct inputs would share a name, the first keeps it and the
-/// next ones get `<name>-2`, `<name>-3`, … Each plain progress line names the file written
+/// next ones get `<name>-2`, `<name>-3`, … A name that would replace an input file (an input
+/// in DIR with the output format's extension) takes the next one the same way. Control
+/// characters in a name become `_`, and in printed lines Swift escapes (`\n`): one input, one
+/// line. Each plain progress line names the file written
 /// (`done 3/5: <input> -> <file>`); on a terminal, the outputs of inputs that share a name
 /// (the first one and the renamed ones) are listed above the bar.
 enum ThumbnailCommand {
@@ -32,7 +35,7 @@ enum ThumbnailCommand {
         ignored); repeated inputs are loaded once. Each thumbnail goes to DIR/<name>.<format>,
         <name> being the input's file name without extension and query ("image" for data:
         URLs); when distinct inputs share a name, the later ones in input order get <name>-2,
-        <name>-3, ...
+        <name>-3, ... A thumbnail never replaces an input file: it takes the next name.
         """
 
     struct Options: Sendable {
@@ -67,6 +70,27 @@ enum ThumbnailCommand {
             if input.isEmpty { return "\"\"" }
             return input.count > 80 ? "\(input.prefix(60))… (\(input.count) characters)" : input
         }
+    }
+
+    /// `text` with its control characters (a line feed, a carriage return, an escape) written
+    /// as Swift escapes (`\n`, `\r`, `\u{1B}`): an input or a reason printed in a line can
+    /// neither split it nor reach the terminal as a control sequence.
+    static func printable(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else { return text }
+        var result = ""
+        for scalar in text.unicodeScalars {
+            guard scalar.properties.generalCategory == .control else {
+                result.unicodeScalars.append(scalar)
+                continue
+            }
+            switch scalar {
+            case "\n": result += "\\n"
+            case "\r": result += "\\r"
+            case "\t": result += "\\t"
+            default: result += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
+            }
+        }
+        return result
     }
 
     /// Where a loadable input comes from and where its thumbnail goes.
@@ -202,6 +226,13 @@ enum ThumbnailCommand {
         var jobs: [Job] = []
         var indices: [Key: Int] = [:]
         var taken = Set<String>()
+        // Input files the output directory holds: a thumbnail never replaces one (an input
+        // in the output directory with the output format's extension gets the next name).
+        let inputFiles = Set(inputs.compactMap { input -> String? in
+            guard let url = try? url(for: input), url.isFileURL else { return nil }
+            return url.resolvingSymlinksInPath().path
+        })
+        let outputDirectory = URL(fileURLWithPath: output).standardizedFileURL.resolvingSymlinksInPath()
         var firstWithBase: [String: Int] = [:]  // an output base name → the first job that has it
         for input in inputs {
             let resolved = Result { () throws(InputError) in try url(for: input) }
@@ -218,7 +249,8 @@ enum ThumbnailCommand {
                 let base = outputName(for: url)
                 var name = base
                 var suffix = 1
-                while !taken.insert(name).inserted {
+                while inputFiles.contains(outputDirectory.appendingPathComponent("\(name).\(format)").path)
+                        || !taken.insert(name).inserted {
                     suffix += 1
                     name = "\(base)-\(suffix)"
                 }
@@ -281,11 +313,14 @@ enum ThumbnailCommand {
     ///
     /// The name is always one file name inside the output directory: a URL's last path
     /// component is percent-decoded, so `..%2F..%2Fx.jpg` would otherwise name `../../x`; each
-    /// `/` (and NUL) becomes `_`, `.` and `..` become `image`, and a name longer than 200 bytes
-    /// is cut to its first 200 (at a character boundary).
+    /// `/` and control character (NUL, a line feed, an escape: `%0A`, `%1B`…) becomes `_`, `.`
+    /// and `..` become `image`, and a name longer than 200 bytes is cut to its first 200 (at a
+    /// character boundary).
     static func outputName(for url: URL) -> String {
         if url.scheme == "data" || url.lastPathComponent == "/" { return "image" }
-        var name = String((url.lastPathComponent as NSString).deletingPathExtension.map { $0 == "/" || $0 == "\0" ? "_" : $0 })
+        var name = String(String.UnicodeScalarView((url.lastPathComponent as NSString).deletingPathExtension.unicodeScalars.map {
+            $0 == "/" || $0.properties.generalCategory == .control ? "_" : $0
+        }))
         if name.isEmpty || name == "." || name == ".." { return "image" }
         while name.utf8.count > 200 { name.removeLast() }
         return name
@@ -321,6 +356,19 @@ enum ThumbnailCommand {
            underlying.domain == NSPOSIXErrorDomain {
             return String(cString: strerror(Int32(underlying.code)))
         }
+        if creatingDirectory {
+            // A directory cannot be made below something that is not one: name the reason
+            // (Foundation reports only its own error code then).
+            var ancestor = URL(fileURLWithPath: path).standardizedFileURL
+            while ancestor.path != "/" {
+                var isDirectory: ObjCBool = false
+                if FileManager.default.fileExists(atPath: ancestor.path, isDirectory: &isDirectory) {
+                    if !isDirectory.boolValue { return String(cString: strerror(ENOTDIR)) }
+                    break
+                }
+                ancestor.deleteLastPathComponent()
+            }
+        }
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
             if creatingDirectory && !isDirectory.boolValue { return String(cString: strerror(ENOTDIR)) }
@@ -352,20 +400,24 @@ final class ProgressReporter: Sendable {
             if error == nil { state.done += job.count } else { state.failed += job.count }
             let count = state.done + state.failed
             let plan = try? job.plan.get()
+            // Inputs, reasons and paths may hold control characters: each line stays one line.
+            let input = ThumbnailCommand.printable(job.shownInput)
+            let destination = ThumbnailCommand.printable(plan?.destination ?? "")
+            let reason = error.map(ThumbnailCommand.printable)
             if isTerminal {
                 // Lines go above the bar: clear its line, print, draw it again.
-                if let error {
+                if let reason {
                     write("\r\u{1B}[K")
-                    printError("\(job.shownInput): \(error)")
+                    printError("\(input): \(reason)")
                 } else if let plan, plan.sharesName {
-                    write("\r\u{1B}[K\(job.shownInput) -> \(plan.destination)\n")
+                    write("\r\u{1B}[K\(input) -> \(destination)\n")
                 }
                 drawBar(count)
-            } else if let error {
-                printError("\(job.shownInput): \(error)")
-                print("failed \(count)/\(total): \(job.shownInput)")
+            } else if let reason {
+                printError("\(input): \(reason)")
+                print("failed \(count)/\(total): \(input)")
             } else {
-                print("done \(count)/\(total): \(job.shownInput) -> \(plan?.destination ?? "")")
+                print("done \(count)/\(total): \(input) -> \(destination)")
             }
         }
     }

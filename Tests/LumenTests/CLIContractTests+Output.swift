@@ -98,11 +98,9 @@ extension CLIContractTests {
             #expect(try CLIContractTests.summary(outcome.standardOutput) == Summary(done: 1, failed: 0, networkRequests: 1, cacheHits: 0))
             let written = try FileManager.default.contentsOfDirectory(atPath: output.path)
             #expect(written.count == 1, "\(written)")
-            withKnownIssue("%0A, %0D and %1B in a URL are decoded into the output name and printed raw: a record spans two lines, escapes reach the output") {
-                #expect(isPlainLines(outcome.standardOutput), "\(outcome.standardOutput.debugDescription)")
-                #expect(!outcome.standardOutput.unicodeScalars.split(separator: "\n").contains { String($0).hasPrefix("evil") }, "\(outcome.standardOutput.debugDescription)")
-                #expect(!written.contains { $0.unicodeScalars.contains { $0.properties.generalCategory == .control } }, "\(written)")
-            }
+            #expect(isPlainLines(outcome.standardOutput), "\(outcome.standardOutput.debugDescription)")
+            #expect(!outcome.standardOutput.unicodeScalars.split(separator: "\n").contains { String($0).hasPrefix("evil") }, "\(outcome.standardOutput.debugDescription)")
+            #expect(!written.contains { $0.unicodeScalars.contains { $0.properties.generalCategory == .control } }, "\(written)")
         }
 
         /// A file name may hold a line feed (`lumen thumbnail *` in a directory that has one).
@@ -118,11 +116,9 @@ extension CLIContractTests {
             #expect(outcome.status == 1)
             #expect(try CLIContractTests.summary(outcome.standardOutput) == Summary(done: 1, failed: 1, networkRequests: 0, cacheHits: 0))
             #expect(try FileManager.default.contentsOfDirectory(atPath: output.path).count == 1)
-            withKnownIssue("an input or output name with a line feed is printed raw: its stderr failure line and stdout line split in two") {
-                #expect(outcome.standardError.unicodeScalars.split(separator: "\n").count == 1, "\(outcome.standardError.debugDescription)")
-                #expect(!outcome.standardOutput.unicodeScalars.split(separator: "\n").contains { String($0).hasPrefix("name") },
-                        "\(outcome.standardOutput.debugDescription)")
-            }
+            #expect(outcome.standardError.unicodeScalars.split(separator: "\n").count == 1, "\(outcome.standardError.debugDescription)")
+            #expect(!outcome.standardOutput.unicodeScalars.split(separator: "\n").contains { String($0).hasPrefix("name") },
+                    "\(outcome.standardOutput.debugDescription)")
         }
 
         /// `lumen thumbnail … > log` run from a terminal: standard output is a file, so it gets

@@ -126,10 +126,8 @@ struct CLIContractTests {
     /// too, as for `thumbnail` and `bench`, with exit status 0.
     @Test func demoHelpPrintsTheUsage() async throws {
         let outcome = try await Self.run(["demo", "-h"])
-        withKnownIssue("`lumen demo -h` is refused as an unexpected argument (exit 2), unlike `thumbnail -h` and `bench -h`") {
-            #expect(outcome.status == 0, "\(outcome.standardError)")
-            #expect(outcome.standardOutput.contains("usage: lumen demo"), "\(outcome.standardOutput)")
-        }
+        #expect(outcome.status == 0, "\(outcome.standardError)")
+        #expect(outcome.standardOutput.contains("usage: lumen demo"), "\(outcome.standardOutput)")
     }
 
     /// A malformed value of any documented flag, or a missing one, is a usage error (exit 2,
@@ -182,12 +180,8 @@ struct CLIContractTests {
         let outcome = try await Self.run(["thumbnail", input, "--size", "32", "--output", output, "--no-cache"])
         #expect(outcome.status == 1, "\(outcome.standardError)")
         #expect(outcome.standardError.contains("cannot create the output directory \(output)"), "\(outcome.standardError)")
-        withKnownIssue("a directory below a regular file reads `(NSCocoaErrorDomain error 512.)`, not ENOTDIR's reason") {
-            #expect(outcome.standardError.contains("Not a directory"), "\(outcome.standardError)")
-            #expect(!outcome.standardError.contains("ErrorDomain"), "\(outcome.standardError)")
-        } when: {
-            path != "file"
-        }
+        #expect(outcome.standardError.contains("Not a directory"), "\(outcome.standardError)")
+        #expect(!outcome.standardError.contains("ErrorDomain"), "\(outcome.standardError)")
     }
 
     /// An output directory that exists but takes no files fails every input, one typed line

@@ -88,6 +88,27 @@ struct DataCacheTests {
         #expect(names.allSatisfy { $0.count == 64 && $0.allSatisfy(\.isHexDigit) })
     }
 
+    /// Entries hold URLs (which may carry credentials) and private images: the directory the
+    /// cache makes and every entry, renewed ones included, are the owner's alone.
+    @Test func entriesAndTheDirectoryAreOwnerOnly() throws {
+        let dir = try CacheTestDirectory()
+        let nested = dir.url.appendingPathComponent("made/by/the/cache")
+        let cache = DataCache(name: "test", directory: nested, clock: clock.cacheClock)
+        cache.storeData(bytes(100), metadata: metadata(), for: "https://alice:secret@example.com/a.jpg")
+        cache.storeData(bytes(100), metadata: metadata(), for: "k2")
+        cache.renew(key: "k2", metadata: metadata(etag: "\"2\""))
+        cache.flush()
+        func mode(_ path: String) throws -> Int {
+            try #require((FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? NSNumber)?.intValue)
+        }
+        #expect(try mode(nested.path) == 0o700)
+        let names = try FileManager.default.contentsOfDirectory(atPath: nested.path)
+        #expect(names.count == 2)
+        for name in names {
+            #expect(try mode(nested.appendingPathComponent(name).path) == 0o600, "\(name)")
+        }
+    }
+
     @Test func containsAndRemove() throws {
         let dir = try CacheTestDirectory()
         let cache = makeCache(dir)

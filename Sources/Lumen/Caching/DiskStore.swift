@@ -21,15 +21,18 @@ struct DiskStore: Sendable {
         name.utf8.count == 64 && name.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
     }
 
+    /// Creates the directory (and missing parents) readable by the owner only: entries hold
+    /// URLs, which may carry credentials or tokens, and the bytes of private images.
     func createDirectory() throws {
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         } catch {
             // Foundation does not always carry the POSIX error (an existing file in the way):
             // the same mkdir made directly reports it.
             let underlying = (error as NSError).userInfo[NSUnderlyingErrorKey] as? NSError
             var code = underlying.flatMap { $0.domain == NSPOSIXErrorDomain ? Int32($0.code) : nil }
-            if code == nil, mkdir(directory, 0o755) != 0 { code = errno }
+            if code == nil, mkdir(directory, 0o700) != 0 { code = errno }
             throw IOError("mkdir \(directory)", code: code ?? EIO)
         }
     }
@@ -41,10 +44,11 @@ struct DiskStore: Sendable {
     /// - Returns: the new file's size and the size of the file it replaced, if any.
     func writeAtomically(name: String, prefix: [UInt8], payload: Data, now: Date) throws -> (size: Int, replaced: Int?) {
         let temporary = path(Self.temporaryPrefix + name + "-" + UUID().uuidString)
-        var fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        // Owner-only, as the directory (see `createDirectory()`).
+        var fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         if fd < 0, errno == ENOENT {
             try createDirectory()
-            fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+            fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         }
         guard fd >= 0 else { throw IOError("open \(temporary)") }
         do {
