@@ -190,6 +190,9 @@ enum ThumbnailCommand {
         return counts.failed == 0 ? 0 : 1
     }
 
+    /// The kinds of disk-cache failure already reported (see ``configuration(for:)``).
+    private static let reportedCacheFailures = Mutex<Set<String>>([])
+
     static func configuration(for options: Options) -> ImagePipeline.Configuration {
         var configuration = ImagePipeline.Configuration()
         configuration.decodingQueue = WorkQueue(name: "lumen.decode", maxConcurrentCount: options.concurrency, execution: .threads)
@@ -206,7 +209,12 @@ enum ThumbnailCommand {
             // `~/.cache/lumen/thumbnail`), so a second run over the same URLs needs no network.
             configuration.dataCache = DataCache(
                 name: "thumbnail", directory: options.cacheDirectory.map { URL(fileURLWithPath: $0) },
-                onFailure: { failure in printError("lumen thumbnail: cache: \(failure)") })
+                onFailure: { failure in
+                    // An unusable cache directory fails every write the same way: one line per
+                    // kind of failure, not one per input.
+                    let first = reportedCacheFailures.withLock { $0.insert("\(failure.kind)").inserted }
+                    if first { printError("lumen thumbnail: cache: \(failure) (further failures like it are not shown)") }
+                })
         }
         return configuration
     }

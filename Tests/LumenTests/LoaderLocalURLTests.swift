@@ -79,6 +79,29 @@ struct LoaderLocalURLTests {
         #expect(missing == url)
     }
 
+    /// `file://host/path` names a file on another machine: refused, never read as the local
+    /// file of the same path; `file://localhost/path` and `file:///path` are this machine's.
+    @Test func aFileURLWithAnotherHostIsRefused() async throws {
+        defer { cleanUp() }
+        let file = directory.appendingPathComponent("here.png")
+        try Data([1, 2, 3]).write(to: file)
+        let remote = try #require(URL(string: "file://otherhost" + file.path))
+        let error = await #expect(throws: DataLoader.Error.self) {
+            try await loader.loadData(for: URLRequest(url: remote)) { _, _ in }
+        }
+        guard case .fileUnreadable(_, let reason)? = error else {
+            Issue.record("expected .fileUnreadable, got \(String(describing: error))")
+            return
+        }
+        #expect(reason.contains("otherhost"))
+        for local in ["file://localhost" + file.path, "file://" + file.path] {
+            let url = try #require(URL(string: local))
+            let received = Mutex(Data())
+            _ = try await loader.loadData(for: URLRequest(url: url)) { chunk, _ in received.withLock { $0.append(chunk) } }
+            #expect(received.withLock { $0 } == Data([1, 2, 3]), "\(local)")
+        }
+    }
+
     @Test func directoryIsUnreadable() async throws {
         defer { cleanUp() }
         let error = await #expect(throws: DataLoader.Error.self) {

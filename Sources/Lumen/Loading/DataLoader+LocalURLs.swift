@@ -13,6 +13,11 @@ extension DataLoader {
         didReceive: @Sendable (Data, URLResponse) throws -> Void
     ) async throws -> URLResponse {
         try Task.checkCancellation()
+        // `file://host/path` names a file on `host` (RFC 8089): only this machine's files are
+        // read — no host, or `localhost` — never a local file of the same path.
+        if let host = url.host, !host.isEmpty, host.lowercased() != "localhost" {
+            throw Error.fileUnreadable(url, reason: "names a file on another host (\(host)), not on this machine")
+        }
         let path = url.path
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
