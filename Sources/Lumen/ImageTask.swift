@@ -194,7 +194,9 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     }
 
     /// The task's events: progress (and previews, when progressive decoding is on), then
-    /// `.finished`. A stream created after the task ended yields only `.finished`.
+    /// `.finished`. A stream created while bytes are arriving starts with the progress so far
+    /// (a download held part-way still shows where it stands); one created after the task
+    /// ended yields only `.finished`.
     ///
     /// The stream holds at most the 32 newest unread events: progress is
     /// cumulative, so a reader that falls behind skips older steps and still gets the latest,
@@ -204,6 +206,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         let (stream, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingNewest(Self.eventBufferLimit))
         let finished: Result<ImageResponse, ImagePipeline.Error>? = graph.sync {
             if let result { return result }
+            if _progress.completed > 0 || _progress.total > 0 { continuation.yield(.progress(_progress)) }
             nextStreamID += 1
             let id = nextStreamID
             streams[id] = continuation

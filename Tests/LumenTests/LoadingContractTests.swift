@@ -201,6 +201,28 @@ struct LoadingHTTPContractTests {
         _ = try await joiner.response
     }
 
+    /// A stream opened while the body is held part-way starts with the progress so far: a
+    /// reader that arrives late still sees where the download stands before more arrives.
+    @Test func aStreamOpenedMidDownloadStartsWithTheProgressSoFar() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.serve(path: "/late.jpg", data: bytes(300_000))
+        server.holdBody("/late.jpg", after: 100_000)
+        let pipeline = httpPipeline()
+        let task = pipeline.imageTask(with: ImageRequest(url: server.url(for: "/late.jpg")))
+        await pipeline.waitForMetrics { $0.bytesDownloaded == 100_000 }
+        let events = task.events
+        server.release("/late.jpg")
+        var first: ImageTask.Event?
+        for await event in events where first == nil { first = event }
+        guard case .progress(let progress)? = first else {
+            Issue.record("the first event is \(String(describing: first))")
+            return
+        }
+        #expect(progress == ImageTask.Progress(completed: 100_000, total: 300_000))
+        _ = try await task.response
+    }
+
     /// A download one subscriber cancels mid-body goes on for the other; cancelling the last one
     /// closes the connection.
     @Test func cancellingMidBodyKeepsTheDownloadForTheOtherSubscriber() async throws {

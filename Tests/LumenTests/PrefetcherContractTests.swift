@@ -202,8 +202,11 @@ struct PrefetcherContractTests {
         await prefetcher.waitUntilIdle()
         #expect(prefetcher.outcomes.failed == 1)
         h.loader.removeFailure(for: PipelineURLs.a)
+        // Held, so that the prefetch is still running when it is looked at.
+        h.loader.isSuspended = true
         prefetcher.startPrefetching(with: [PipelineURLs.a])
         #expect(!prefetcher.isIdle)
+        h.loader.resume()
         await prefetcher.waitUntilIdle()
         #expect(prefetcher.outcomes.succeeded == 1)
         #expect(h.loader.loadCount(for: PipelineURLs.a) == 2)
