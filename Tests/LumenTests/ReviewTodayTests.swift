@@ -36,4 +36,47 @@ struct ReviewTodayTests {
         #expect(h.pipeline.metrics.memoryCache.lookups == 1)
         await h.waitUntilIdle()
     }
+
+    // MARK: - Event streams
+
+    /// A caller who finds the task ended — `response` answering at once, without waiting to
+    /// be resumed — finds `.finished` in the streams already: the 32 events a stream holds are
+    /// the newest progress and `.finished`, never 32 progress events with `.finished` to come.
+    @Test func aStreamHoldsFinishedOnceTheResultCanBeRead() async throws {
+        let gate = DispatchSemaphore(value: 0)
+        let held = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        let h = PipelineHarness { configuration in
+            // The effects of the critical section that ends the task run after the lock is
+            // released, this handler's first: hold them there.
+            configuration.eventHandler = { event in
+                guard case .completed(.decode, _) = event else { return }
+                held.withLock { $0.take() }?.resume()
+                gate.wait()
+            }
+        }
+        h.loader.chunkSize = 1
+        h.loader.serve(Data(repeating: 7, count: 300), for: PipelineURLs.a)
+        h.loader.isSuspended = true
+        let task = h.pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a))
+        let events = task.events
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            held.withLock { $0 = continuation }
+            h.loader.resume()
+        }
+        _ = try await task.response // the task has ended: answers without waiting
+        // Read exactly as many events as a stream holds: never waits, whatever they are.
+        var iterator = events.makeAsyncIterator()
+        var received: [ImageTask.Event] = []
+        for _ in 0..<ImageTask.eventBufferLimit {
+            if let event = await iterator.next() { received.append(event) }
+        }
+        gate.signal()
+        while let event = await iterator.next() { received.append(event) }
+        #expect(received.count == ImageTask.eventBufferLimit)
+        guard case .finished(.success)? = received.last else {
+            Issue.record("the last event is not .finished(.success)")
+            return
+        }
+        await h.waitUntilIdle()
+    }
 }
