@@ -79,4 +79,46 @@ struct ReviewTodayTests {
         }
         await h.waitUntilIdle()
     }
+
+    // MARK: - Transient failures on Linux
+
+    /// A pipeline over the real loader that tries a failed download twice.
+    private static func retryingPipeline() -> ImagePipeline {
+        var configuration = ImagePipeline.Configuration(dataLoader: DataLoader())
+        configuration.imageCache = nil
+        configuration.dataCache = nil
+        configuration.retryPolicy = ImagePipeline.RetryPolicy(maximumAttempts: 2)
+        return ImagePipeline(configuration: configuration)
+    }
+
+    /// A server that closes the connection without answering (FoundationNetworking:
+    /// `badServerResponse`, libcurl's "empty reply") failed on the way: retried.
+    @Test func aConnectionClosedWithoutAnAnswerIsRetried() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.serve(path: "/a.jpg", data: Data(repeating: 1, count: 64))
+        server.hold("/a.jpg")
+        let pipeline = Self.retryingPipeline()
+        let url = server.url(for: "/a.jpg")
+        let load = Task { await errorThrown { try await pipeline.data(for: ImageRequest(url: url)) } }
+        try await server.waitUntil { $0.heldRequests == 1 }
+        server.stop() // closes the held request's connection: no status line, no bytes
+        let error = await load.value as? ImagePipeline.Error
+        #expect(error?.code == .dataLoadingFailed)
+        #expect(pipeline.metrics.networkRequestsStarted == 2, "\(String(describing: error?.underlyingError))")
+    }
+
+    /// A chunked body cut short (the connection closed before its last chunk) failed on the
+    /// way, as a body cut short of its `Content-Length` does: retried.
+    @Test func aChunkedBodyCutShortIsRetried() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.serve(path: "/a.jpg", data: Data(repeating: 1, count: 4096))
+        server.setChunked(for: "/a.jpg", chunkSize: 256)
+        server.truncate(path: "/a.jpg", after: 1024)
+        let pipeline = Self.retryingPipeline()
+        let error = await errorThrown { try await pipeline.data(for: ImageRequest(url: server.url(for: "/a.jpg"))) }
+        #expect((error as? ImagePipeline.Error)?.code == .dataLoadingFailed)
+        #expect(server.requestCount(for: "/a.jpg") == 2, "\(String(describing: (error as? ImagePipeline.Error)?.underlyingError))")
+    }
 }
