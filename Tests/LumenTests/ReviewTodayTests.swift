@@ -121,4 +121,40 @@ struct ReviewTodayTests {
         #expect((error as? ImagePipeline.Error)?.code == .dataLoadingFailed)
         #expect(server.requestCount(for: "/a.jpg") == 2, "\(String(describing: (error as? ImagePipeline.Error)?.underlyingError))")
     }
+
+    // MARK: - lumen thumbnail
+
+    /// An input in the output directory that is a symbolic link (to a file elsewhere) is an
+    /// input file too: no thumbnail replaces it, its own included.
+    @Test func aThumbnailNeverReplacesALinkGivenAsInput() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("lumen-review-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let output = root.appendingPathComponent("out"), elsewhere = root.appendingPathComponent("photos")
+        try FileManager.default.createDirectory(at: output, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: elsewhere, withIntermediateDirectories: true)
+        let target = elsewhere.appendingPathComponent("original.jpeg")
+        try Data([0xFF, 0xD8]).write(to: target)
+        let link = output.appendingPathComponent("a.jpeg")
+        try FileManager.default.createSymbolicLink(at: link, withDestinationURL: target)
+        let jobs = ThumbnailCommand.jobs(for: [link.path], output: output.path, format: "jpeg")
+        let plan = try #require(try? jobs.first?.plan.get())
+        #expect(URL(fileURLWithPath: plan.destination).standardizedFileURL.path != link.standardizedFileURL.path)
+    }
+
+    /// `file://host/path` naming another host stays that URL (the loader refuses it), rather
+    /// than becoming this machine's file of the same path.
+    @Test func aFileURLOfAnotherHostIsNotReadHere() async throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("lumen-review-\(UUID().uuidString).jpg")
+        try Data([0xFF, 0xD8, 0xFF]).write(to: file)
+        defer { try? FileManager.default.removeItem(at: file) }
+        let url = try ThumbnailCommand.url(for: "file://otherhost" + file.path)
+        #expect(url.host == "otherhost")
+        let error = await errorThrown { try await DataLoader().loadData(for: URLRequest(url: url)) { _, _ in } }
+        guard case .fileUnreadable? = error as? DataLoader.Error else {
+            Issue.record("expected .fileUnreadable, got \(String(describing: error))")
+            return
+        }
+        // `localhost` names this machine: still standardized and read.
+        #expect(try ThumbnailCommand.url(for: "file://localhost" + file.path).path == file.standardizedFileURL.path)
+    }
 }
