@@ -398,23 +398,23 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         guard self.outcome == nil else { return }
         self.outcome = outcome
         graph.unregister(self)
-        // Once the lock is released, in this order: the event streams get `.finished` (and
-        // end), then the awaiting callers resume. By then the whole step is done (every other
-        // subscriber of the work has had its turn, a processor its job queued) and the metrics
-        // count it, so what a caller reads next — the metrics, or a stream it reads after its
-        // `response` returned — agrees with its result.
+        // The event streams get `.finished` now, under the lock, as they get progress: a
+        // caller that reads the result — resumed below, or finding it at once through
+        // `response` before this critical section's effects ran — finds `.finished` in the
+        // streams too. Once the lock is released the streams end (which runs their
+        // `onTermination`, which takes the lock), then the awaiting callers resume. By then the
+        // whole step is done (every other subscriber of the work has had its turn, a processor
+        // its job queued) and the metrics count it, so what a caller reads next agrees with its
+        // result.
         if !streams.isEmpty {
-            // Finishing a stream runs its `onTermination`, which takes the lock.
             let streams = Array(self.streams.values)
             graph.previewReaders -= streams.count
             self.streams = [:]
             if let finished = result {
-                graph.afterUnlock {
-                    for stream in streams {
-                        stream.yield(.finished(finished))
-                        stream.finish()
-                    }
-                }
+                for stream in streams { stream.yield(.finished(finished)) }
+            }
+            graph.afterUnlock {
+                for stream in streams { stream.finish() }
             }
         }
         if let waiter {

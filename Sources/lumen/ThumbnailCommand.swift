@@ -236,9 +236,12 @@ enum ThumbnailCommand {
         var taken = Set<String>()
         // Input files the output directory holds: a thumbnail never replaces one (an input
         // in the output directory with the output format's extension gets the next name).
-        let inputFiles = Set(inputs.compactMap { input -> String? in
-            guard let url = try? url(for: input), url.isFileURL else { return nil }
-            return url.resolvingSymlinksInPath().path
+        // Each by the file it reads and by the name it was given there (a symbolic link
+        // given as input is an input file too: a thumbnail written there replaces the link).
+        let inputFiles = Set(inputs.flatMap { input -> [String] in
+            guard let url = try? url(for: input), url.isFileURL else { return [] }
+            let named = url.deletingLastPathComponent().resolvingSymlinksInPath().appendingPathComponent(url.lastPathComponent)
+            return [url.resolvingSymlinksInPath().path, named.path]
         })
         let outputDirectory = URL(fileURLWithPath: output).standardizedFileURL.resolvingSymlinksInPath()
         var firstWithBase: [String: Int] = [:]  // an output base name → the first job that has it
@@ -285,8 +288,10 @@ enum ThumbnailCommand {
     /// the scheme and an http(s) host lowercased (both are case-insensitive, so
     /// `HTTP://Example.COM/a.jpg` is `http://example.com/a.jpg`: one download, one cache entry)
     /// and without their fragment; another `scheme://…` is an error;
-    /// anything else a file path. File URLs are standardized, so `a.jpg`, `./a.jpg` and
-    /// `file:///…/a.jpg` are one input.
+    /// anything else a file path. File URLs of this machine (no host, or `localhost`) are
+    /// standardized, so `a.jpg`, `./a.jpg` and `file:///…/a.jpg` are one input; one naming
+    /// another host is kept as it is (standardizing would drop the host, and the loader
+    /// refuses it).
     static func url(for input: String) throws(InputError) -> URL {
         guard !input.isEmpty else { throw InputError(description: "an empty input names no file or URL") }
         guard let colon = input.firstIndex(of: ":"), let scheme = scheme(input[..<colon]) else {
@@ -306,7 +311,8 @@ enum ThumbnailCommand {
             components.percentEncodedHost = host.lowercased()
             url = components.url ?? url
         }
-        return url.isFileURL ? url.standardizedFileURL : url
+        let isLocal = url.host.map { $0.isEmpty || $0.lowercased() == "localhost" } ?? true
+        return url.isFileURL && isLocal ? url.standardizedFileURL : url
     }
 
     /// `text` lowercased when it is a URL scheme (a letter, then letters, digits, `+`, `-`, `.`).

@@ -24,7 +24,8 @@ import Synchronization
 ///   answering a conditional request (`If-None-Match` or `If-Modified-Since`), which is
 ///   returned normally so that a cache can renew its entry. Pass `validate:` to change this.
 /// - Errors: transport failures are rethrown as `URLError`; a body cut short of its
-///   `Content-Length` (the connection closed early) throws `.incompleteBody`; local URLs throw `.fileNotFound`,
+///   `Content-Length` (the connection closed early) throws `.incompleteBody`, and a body of
+///   unknown length (chunked) cut short `URLError(.networkConnectionLost)`; local URLs throw `.fileNotFound`,
 ///   `.fileUnreadable` or `.invalidDataURL`.
 /// - Linux: FoundationNetworking keeps a socket's write-readiness source after libcurl asks
 ///   only to read, so a transfer waiting on a slow server busy-polls a core while it waits
@@ -253,6 +254,12 @@ public final class DataLoader: DataLoading, Sendable {
             // which libcurl's message says.)
             if let response, response.expectedContentLength > received, !Self.isContentEncoded(response) {
                 throw Error.incompleteBody(expected: response.expectedContentLength, received: received)
+            }
+            // A body of unknown length (chunked) that the server's close cut short is the same
+            // unknown error: the connection was lost, as FoundationNetworking says when the
+            // close is a reset.
+            if error.code == .unknown, let response, response.expectedContentLength < 0, !Self.isContentEncoded(response) {
+                throw URLError(.networkConnectionLost, userInfo: error.userInfo)
             }
             throw error
         }

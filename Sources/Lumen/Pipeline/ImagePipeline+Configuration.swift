@@ -124,8 +124,10 @@ extension ImagePipeline {
 
         /// Whether `error` is a failure that may pass:
         /// - a transport error: a `URLError` whose code says the network failed on the way
-        ///   (timed out, connection refused, lost or not secured, host not found, offline),
-        ///   however the loader or a request's data closure threw it;
+        ///   (timed out, connection refused, lost or not secured, host not found, offline, or
+        ///   closed by the server before any answer — FoundationNetworking's
+        ///   `badServerResponse` for libcurl's "empty reply"), however the loader or a
+        ///   request's data closure threw it;
         /// - a body cut short of its announced length (``DataLoader/Error/incompleteBody(expected:received:)``);
         /// - an HTTP status of 408 (timeout), 429 (too many requests) or 5xx.
         ///
@@ -148,7 +150,7 @@ extension ImagePipeline {
 
         /// `URLError` codes for failures on the way that a later attempt may not meet.
         static let transientURLErrorCodes: Set<URLError.Code> = [
-            .timedOut, .cannotFindHost, .cannotConnectToHost, .networkConnectionLost, .dnsLookupFailed,
+            .timedOut, .cannotFindHost, .cannotConnectToHost, .networkConnectionLost, .dnsLookupFailed, .badServerResponse,
             .notConnectedToInternet, .secureConnectionFailed, .resourceUnavailable, .internationalRoamingOff,
             .callIsActive, .dataNotAllowed, .backgroundSessionWasDisconnected,
         ]

@@ -32,11 +32,13 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     let caches: CacheLayers
     /// Mirrors ``isInvalidated`` for the memory-hit path, which does not take the lock.
     let invalidatedFlag = Atomic<Bool>(false)
-    /// How many stage tasks have finished with a value, for requests that looked in the memory
-    /// cache before taking the lock (see ``ImageTask/start(finalMemoryKey:registering:generation:)``):
-    /// a stage stores its image in memory, then leaves its pool as it finishes, so a request
-    /// that found neither may have looked in between — this count tells it to look again.
-    /// Raised under the lock; read without it.
+    /// How many stage tasks have finished after storing their image in memory, for requests
+    /// that looked in the memory cache before taking the lock (see
+    /// ``ImageTask/start(finalMemoryKey:registering:generation:)``): a stage stores its image
+    /// in memory, then leaves its pool as it finishes, so a request that found neither may have
+    /// looked in between — this count tells it to look again. Stages that store nothing in
+    /// memory (a fetch, an image no request asked for) are not counted: after them there is
+    /// nothing new to find. Raised under the lock; read without it.
     let finishedStages = Atomic<Int>(0)
 
     private let lock = NSLock()

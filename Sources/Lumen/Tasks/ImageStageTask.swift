@@ -108,10 +108,15 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
         let diskKeys = diskKeyList.elements
         // Only subscribers allowed to write a layer marked a key for it.
         memoryKeys.forEach { caches.storeImage(result.container, for: $0) }
+        let storedInMemory = !memoryKeys.isEmpty && caches.hasImageCache && !result.container.isPreview
         if !isEncodedOnDisk, !diskKeys.isEmpty, caches.hasDataCache, caches.storesEncodedImages, !result.container.isPreview {
             encode(result.container.image, response: result.urlResponse, for: diskKeys)
         }
         graph.sync {
+            // Counted under the lock, after the store and as the stage leaves its pool: a
+            // request that missed both looks again (see `WorkGraph.finishedStages`). A stage
+            // that stored nothing leaves nothing new to find, and counts nothing.
+            if storedInMemory { graph.finishedStages.add(1, ordering: .releasing) }
             operation = nil
             finish(with: result)
         }
@@ -140,6 +145,9 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
 struct RequestedKeys<Key: Equatable & Sendable>: Sendable {
     private var first: Key?
     private var others: [Key] = []
+
+    /// Whether no key was added.
+    var isEmpty: Bool { first == nil }
 
     /// Adds `key` unless it is there already.
     mutating func insert(_ key: Key) {

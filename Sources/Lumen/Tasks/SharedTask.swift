@@ -225,7 +225,6 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
         guard !isDisposed else { return }
         let current = subscribers
         dispose()
-        graph.finishedStages.add(1, ordering: .releasing)
         graph.count(stage) { $0.completed += 1 }
         graph.emit(.completed(stage, key: keyDescription))
         current.forEach { $0.handler?(.value(value)) }
