@@ -75,7 +75,7 @@ public final class ImagePipeline: Sendable {
     public func imageTask(with request: ImageRequest) -> ImageTask {
         let finalKey = !graph.caches.hasImageCache ? nil : RequestCacheKeys.finalMemoryKey(request)
         // Read before the memory cache is: see `ImageTask.start`.
-        let generation = finalKey == nil ? nil : graph.finishedStages.load(ordering: .acquiring)
+        let generation = finishedStages(before: request, finalKey: finalKey)
         if let finalKey, let response = cachedResponse(for: request, key: finalKey) {
             return ImageTask(request: request, graph: graph, completedWith: response)
         }
@@ -89,6 +89,15 @@ public final class ImagePipeline: Sendable {
         let task = ImageTask(request: request, graph: graph)
         _ = task.start(finalMemoryKey: finalMemoryKey, registering: nil, generation: generation)
         return task
+    }
+
+    /// The graph's count of finished stages, read before `request` looks in the memory cache
+    /// (see ``ImageTask/start(finalMemoryKey:registering:generation:)``); `nil` when it does
+    /// not look there (no memory cache, or its options skip memory reads): a second look
+    /// would find nothing more.
+    private func finishedStages(before request: ImageRequest, finalKey: ImageCacheKey?) -> Int? {
+        guard finalKey != nil, CacheLayers.readsMemory(request.options) else { return nil }
+        return graph.finishedStages.load(ordering: .acquiring)
     }
 
     /// The memory-cache hit path: the final image of `request`, if the memory cache has it and
@@ -143,7 +152,7 @@ public final class ImagePipeline: Sendable {
     @inline(never)
     private func prepare(_ request: ImageRequest) -> Prepared {
         let finalKey = !graph.caches.hasImageCache ? nil : RequestCacheKeys.finalMemoryKey(request)
-        let generation = finalKey == nil ? nil : graph.finishedStages.load(ordering: .acquiring)
+        let generation = finishedStages(before: request, finalKey: finalKey)
         if let finalKey, let response = cachedResponse(for: request, key: finalKey) { return .hit(response) }
         return .miss(ImageTask(request: request, graph: graph, finalMemoryKey: finalKey, generation: generation))
     }
