@@ -15,6 +15,12 @@
 //       simulates a full disk (RLIMIT_FSIZE of 64 KiB, so a larger write fails with EFBIG):
 //       stores a small entry and a large one, and checks that the large write was dropped and
 //       reported, nothing partial is left, and the small entry still reads back.
+//   lumen-cache-probe exit-during-first-job FILE
+//       FILE: a regular file, so that the cache's first job (creating its directory) fails
+//       and reports it; the report holds that job until the process has begun to exit.
+//       One write is queued behind it. The exit must wait for the first job and start no
+//       other: a write that starts later (it hashes its key with OpenSSL, which cleans up
+//       at exit) fails the probe, by its report or by a crash.
 //   lumen-cache-probe pipeline-read-only DIR
 //       DIR: an empty directory the caller made read-only (chmod 0555). As root, where
 //       permissions do not bind, the probe first drops to uid and gid 65534 for real (exit 3
@@ -186,7 +192,7 @@ func checkPipeline(directory: URL, image: Data, errorCode: Int32) async -> (prob
 }
 
 func usage() -> Never {
-    FileHandle.standardError.write(Data("usage: lumen-cache-probe write DIR PREFIX N SIZE [ROUNDS] [SEED] | write-and-exit DIR PREFIX N SIZE | read DIR PREFIX N [PASSES] [--require-all] | full-disk DIR | pipeline-read-only DIR | pipeline-full-disk DIR\n".utf8))
+    FileHandle.standardError.write(Data("usage: lumen-cache-probe write DIR PREFIX N SIZE [ROUNDS] [SEED] | write-and-exit DIR PREFIX N SIZE | exit-during-first-job FILE | read DIR PREFIX N [PASSES] [--require-all] | full-disk DIR | pipeline-read-only DIR | pipeline-full-disk DIR\n".utf8))
     exit(2)
 }
 
@@ -211,6 +217,44 @@ if arguments.first == "full-disk", arguments.count >= 2 {
     if names != [DataCache.filename(for: "small")] { problems.append("files \(names)") }
     print(problems.isEmpty ? "ok" : "FAIL \(problems.joined(separator: "; "))")
     exit(problems.isEmpty ? 0 : 1)
+}
+
+/// What `exit-during-first-job` watches, shared with its exit handlers (C function pointers,
+/// which capture nothing).
+final class ExitWatch: Sendable {
+    static let shared = ExitWatch()
+    /// The process has begun to exit (set by the exit handler that runs first).
+    let isExiting = Atomic<Bool>(false)
+    /// A write reported a failure after the exit began: it started too late.
+    let wroteLate = Atomic<Bool>(false)
+}
+
+if arguments.first == "exit-during-first-job", arguments.count == 2 {
+    // Registered first, so it runs last at exit, after OpenSSL's clean-up: gives a write that
+    // started after the exit began half a second to show itself, then judges.
+    atexit {
+        let watch = ExitWatch.shared
+        for _ in 0..<500 where !watch.wroteLate.load(ordering: .acquiring) { usleep(1000) }
+        if watch.wroteLate.load(ordering: .acquiring) {
+            print("FAIL a write started after the exit began")
+            fflush(nil)
+            _exit(1)
+        }
+    }
+    let cache = DataCache(name: "probe", directory: URL(fileURLWithPath: arguments[1], isDirectory: true)) { failure in
+        let watch = ExitWatch.shared
+        if failure.key == nil {
+            // The first job (the directory cannot be made): held until the exit began, 10 s at most.
+            for _ in 0..<10_000 where !watch.isExiting.load(ordering: .acquiring) { usleep(1000) }
+        } else if watch.isExiting.load(ordering: .acquiring) {
+            watch.wroteLate.store(true, ordering: .releasing)
+        }
+    }
+    cache.storeData(payload(key: "k", seed: 1, size: 1024), metadata: CacheMetadata(etag: "\"1\"", storedAt: Date()), for: "k")
+    // Registered last, so it runs first at exit: lets the first job go on.
+    atexit { ExitWatch.shared.isExiting.store(true, ordering: .releasing) }
+    print("queued")
+    exit(0)
 }
 
 if arguments.first == "pipeline-read-only", arguments.count == 2 {

@@ -138,6 +138,18 @@ struct DataCacheCrossProcessTests {
         }
     }
 
+    /// An exit while the queue's first job runs waits for it too, and starts no other job
+    /// (the probe holds the first job until its exit began, with a write queued behind it).
+    /// The exit handler used to be registered only after a first job ran: this exit waited
+    /// for nothing, and the write ran while OpenSSL was being torn down (it crashed).
+    @Test func exitingDuringTheFirstJobWaitsForItAndStartsNoOther() async throws {
+        let dir = try CacheTestDirectory()
+        let file = dir.url.appendingPathComponent("not-a-directory")
+        try Data("in the way".utf8).write(to: file)
+        let probe = try Probe(["exit-during-first-job", file.path])
+        #expect(await probe.exitStatus() == 0, "\(probe.printed)")
+    }
+
     @Test func twoWritingProcessesAndAReadingOneAgree() async throws {
         let dir = try CacheTestDirectory()
         prepopulate(dir, seed: 1000)

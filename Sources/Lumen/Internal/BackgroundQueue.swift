@@ -48,6 +48,7 @@ final class BackgroundQueue: @unchecked Sendable { // mutable state is guarded b
         self.backlogLimit = backlogLimit
         self.idleLifetime = idleLifetime
         _ = Self.exit.isExiting.load(ordering: .sequentiallyConsistent)  // initialised before any exit
+        Self.exitHandler
     }
 
     /// Queues `job`; `cost` counts towards the backlog (bytes the job holds, say) until it runs.
@@ -179,7 +180,7 @@ final class BackgroundQueue: @unchecked Sendable { // mutable state is guarded b
             }
             job()
             runningJobs.subtract(1, ordering: .sequentiallyConsistent)
-            BackgroundQueue.exitHandler
+            BackgroundQueue.exitHandlerAfterFirstJob
         }
 
         /// The exit handler: no job starts from now on; waits for those running.
@@ -191,11 +192,20 @@ final class BackgroundQueue: @unchecked Sendable { // mutable state is guarded b
 
     static let exit = ExitGate()
 
-    /// Registers the exit handler, once, after a first job ran: handlers run in the reverse
-    /// order of registration, so it runs before the clean-up of what was set up before it
-    /// (the runtime's state for the jobs; libraries the owner initialised first, as the disk
-    /// cache does OpenSSL) and the jobs it waits for still find them standing.
+    /// Registers the exit handler, once, when the first queue is made: handlers run in the
+    /// reverse order of registration, so it runs before the clean-up of the libraries the
+    /// owner initialised first (as the disk cache does OpenSSL), and the job it waits for
+    /// still finds them standing. Registered only after a first job ran, an exit during that
+    /// job (or before it started) waited for nothing: the job went on, and the next one
+    /// started, while OpenSSL was being torn down.
     private static let exitHandler: Void = {
+        atexit { BackgroundQueue.exit.close() }
+    }()
+
+    /// Registers the exit handler once more, after a first job ran, so that it also runs
+    /// before the clean-up of what that job set up (the runtime's state for the jobs). The
+    /// second `close()` finds the gate closed and nothing running, and returns at once.
+    private static let exitHandlerAfterFirstJob: Void = {
         atexit { BackgroundQueue.exit.close() }
     }()
 
