@@ -126,6 +126,25 @@ struct DataCacheRobustnessTests {
         return "chmod 0555"
     }
 
+    /// A refused write is dropped before it is reported: whoever hears of the failure reads a
+    /// miss, not the bytes that were never written. (It was reported first and dropped after,
+    /// so a pipeline's event hook could still be served those bytes as a disk hit.)
+    @Test func aRefusedWriteIsDroppedBeforeItIsReported() throws {
+        let dir = try CacheTestDirectory()
+        let inTheWay = dir.url.appendingPathComponent("in-the-way")
+        try Data("in the way".utf8).write(to: inTheWay)
+        let cache = DataCache(name: "test", directory: inTheWay, clock: clock.cacheClock)
+        let readableWhenReported = CacheTestRecorder<Bool>()
+        let token = cache.failureObservers.add { failure in
+            guard failure.kind == .writeFailed, failure.key == "k" else { return }
+            readableWhenReported.record(cache.cachedData(for: "k") != nil || cache.containsData(for: "k"))
+        }
+        defer { cache.failureObservers.remove(token) }
+        cache.storeData(payload, metadata: metadata(), for: "k")
+        cache.flush()
+        #expect(readableWhenReported.all == [false])
+    }
+
     @Test func unwritableDirectoryDropsWritesAndReportsThem() throws {
         let dir = try CacheTestDirectory()
         let cache = makeCache(dir)

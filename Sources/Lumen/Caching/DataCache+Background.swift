@@ -5,9 +5,13 @@ import Foundation
 extension DataCache {
     // MARK: Background work (on `queue`)
 
-    func performStore(key: String, data: Data, metadata: CacheMetadata) {
+    /// Writes the entry for `key`, then forgets its pending bytes (see ``settle(_:_:)``). A
+    /// failed write forgets them before it is reported, so that whoever hears of the failure
+    /// reads a miss, not the bytes that were dropped.
+    func performStore(key: String, data: Data, metadata: CacheMetadata, generation: Int) {
         let name = Self.filename(for: key)
         guard let prefix = EntryFormat.encodePrefix(key: key, metadata: metadata, payload: data) else {
+            settle(key, generation)
             report(.writeFailed, key: key, path: store.path(name), reason: "could not encode metadata", code: nil)
             state.withLock { $0.metrics.writeFailures += 1 }
             return
@@ -16,8 +20,10 @@ extension DataCache {
             let written = try store.writeAtomically(name: name, prefix: prefix, payload: data, now: nextStamp())
             state.withLock { $0.metrics.writes += 1 }
             adjustTotal(by: written.size - (written.replaced ?? 0))
+            settle(key, generation)
         } catch {
             state.withLock { $0.metrics.writeFailures += 1 }
+            settle(key, generation)
             report(.writeFailed, key: key, path: store.path(name), error)
         }
     }

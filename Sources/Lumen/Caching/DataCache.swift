@@ -324,8 +324,7 @@ public final class DataCache: DataCaching {
         }
         let generation = enqueue(key, .store(data, metadata))
         queue.async(cost: data.count) { [self] in
-            performStore(key: key, data: data, metadata: metadata)
-            settle(key, generation)
+            performStore(key: key, data: data, metadata: metadata, generation: generation)
         }
     }
 
