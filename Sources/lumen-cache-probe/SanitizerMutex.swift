@@ -25,6 +25,11 @@ import Darwin
 ///
 /// A class rather than a noncopyable struct: a `pthread_mutex_t` must not move once it is
 /// initialised, so it lives in its own heap allocation that this object owns.
+///
+/// `@unchecked Sendable` is sound for the same reasons `Synchronization.Mutex` is `Sendable`:
+/// the value is reached only under the lock; it comes in as `sending` (no other reference to
+/// it stays with the caller), and `body` gets it as `inout sending` and returns a `sending`
+/// result, so that no non-`Sendable` part of it can stay reachable once the lock is released.
 final class Mutex<Value: ~Copyable>: @unchecked Sendable { // `value` is only read or written while `lock` is held
     /// The lock, allocated once and never moved; destroyed in `deinit`.
     private let lock: UnsafeMutablePointer<pthread_mutex_t>
