@@ -210,7 +210,10 @@ struct LoadingHTTPContractTests {
         server.holdBody("/late.jpg", after: 100_000)
         let pipeline = httpPipeline()
         let task = pipeline.imageTask(with: ImageRequest(url: server.url(for: "/late.jpg")))
-        await pipeline.waitForMetrics { $0.bytesDownloaded == 100_000 }
+        // A first reader, there from the start, sees the held part arrive.
+        for await event in task.events {
+            if case .progress(let progress) = event, progress.completed == 100_000 { break }
+        }
         let events = task.events
         server.release("/late.jpg")
         var first: ImageTask.Event?
