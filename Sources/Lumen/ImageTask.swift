@@ -294,8 +294,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         if case .started(let ended) = attemptStart(finalMemoryKey: finalMemoryKey, registering: continuation, generation: generation) {
             return ended
         }
-        if let finalMemoryKey, CacheLayers.readsMemory(request.options), !graph.invalidatedFlag.load(ordering: .acquiring),
-           let container = graph.caches.cachedImage(for: finalMemoryKey) {
+        if let finalMemoryKey, let container = graph.cachedFinalImage(for: request, key: finalMemoryKey) {
             return graph.sync {
                 if outcome == nil {
                     outcome = .success(ImageResult(container: container, urlResponse: nil, cacheType: .memory))

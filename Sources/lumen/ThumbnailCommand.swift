@@ -371,8 +371,8 @@ enum ThumbnailCommand {
             return String(cString: strerror(Int32(underlying.code)))
         }
         if creatingDirectory {
-            // A directory cannot be made below something that is not one: name the reason
-            // (Foundation reports only its own error code then).
+            // A directory cannot be made at or below something that is not one: name the
+            // reason (Foundation reports only its own error code then).
             var ancestor = URL(fileURLWithPath: path).standardizedFileURL
             while ancestor.path != "/" {
                 var isDirectory: ObjCBool = false
@@ -383,71 +383,11 @@ enum ThumbnailCommand {
                 ancestor.deleteLastPathComponent()
             }
         }
+        // A write fails on a directory in the way (the walk above covered the other case).
         var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
-            if creatingDirectory && !isDirectory.boolValue { return String(cString: strerror(ENOTDIR)) }
-            if !creatingDirectory && isDirectory.boolValue { return String(cString: strerror(EISDIR)) }
+        if !creatingDirectory, FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
+            return String(cString: strerror(EISDIR))
         }
         return error.localizedDescription
-    }
-}
-
-/// A progress bar on a terminal, plain lines otherwise; failures always go to stderr. Counts
-/// are per input given: a job stands for every input that names it.
-final class ProgressReporter: Sendable {
-    private let total: Int
-    private let isTerminal: Bool
-    private let state = Mutex<(done: Int, failed: Int)>((0, 0))
-
-    init(total: Int, isTerminal: Bool) {
-        self.total = total
-        self.isTerminal = isTerminal
-    }
-
-    /// Shows the empty bar on a terminal.
-    func start() {
-        if isTerminal { drawBar(0) }
-    }
-
-    func finished(_ job: ThumbnailCommand.Job, error: String?) {
-        state.withLock { state in
-            if error == nil { state.done += job.count } else { state.failed += job.count }
-            let count = state.done + state.failed
-            let plan = try? job.plan.get()
-            // Inputs, reasons and paths may hold control characters: each line stays one line.
-            let input = ThumbnailCommand.printable(job.shownInput)
-            let destination = ThumbnailCommand.printable(plan?.destination ?? "")
-            let reason = error.map(ThumbnailCommand.printable)
-            if isTerminal {
-                // Lines go above the bar: clear its line, print, draw it again.
-                if let reason {
-                    write("\r\u{1B}[K")
-                    printError("\(input): \(reason)")
-                } else if let plan, plan.sharesName {
-                    write("\r\u{1B}[K\(input) -> \(destination)\n")
-                }
-                drawBar(count)
-            } else if let reason {
-                printError("\(input): \(reason)")
-                print("failed \(count)/\(total): \(input)")
-            } else {
-                print("done \(count)/\(total): \(input) -> \(destination)")
-            }
-        }
-    }
-
-    /// Inputs done and failed so far.
-    var counts: (done: Int, failed: Int) { state.withLock { $0 } }
-
-    func close() {
-        if isTerminal { write("\n") }
-    }
-
-    private func drawBar(_ count: Int) {
-        write("\r" + progressBar(count, of: total))
-    }
-
-    private func write(_ text: String) {
-        FileHandle.standardOutput.write(Data(text.utf8))
     }
 }

@@ -188,9 +188,11 @@ final class CacheLayers: Sendable {
         return imageCache?[key]
     }
 
-    /// Stores `image` in memory, counting the write or the oversize rejection.
-    func storeImage(_ image: ImageContainer, for key: ImageCacheKey) {
-        guard let imageCache, !image.isPreview else { return }
+    /// Stores `image` in memory, counting the write or the oversize rejection; answers whether
+    /// the memory cache now holds it (never a preview, nothing without a memory cache).
+    @discardableResult
+    func storeImage(_ image: ImageContainer, for key: ImageCacheKey) -> Bool {
+        guard let imageCache, !image.isPreview else { return false }
         let stored: Bool
         if let cache = imageCache as? ImageCache {
             stored = cache.storeValue(image, forKey: key)
@@ -201,6 +203,7 @@ final class CacheLayers: Sendable {
         metrics.withLock {
             if stored { $0.memoryCache.writes += 1 } else { $0.memoryCacheRejectedOversize += 1 }
         }
+        return stored
     }
 
     // MARK: Disk

@@ -103,8 +103,7 @@ public final class ImagePipeline: Sendable {
     /// The memory-cache hit path: the final image of `request`, if the memory cache has it and
     /// the request may read it. `key` is the request's final memory key.
     func cachedResponse(for request: ImageRequest, key: ImageCacheKey) -> ImageResponse? {
-        guard CacheLayers.readsMemory(request.options), !graph.invalidatedFlag.load(ordering: .acquiring),
-              let container = graph.caches.cachedImage(for: key) else { return nil }
+        guard let container = graph.cachedFinalImage(for: request, key: key) else { return nil }
         return ImageResponse(container: container, request: request, cacheType: .memory)
     }
 

@@ -273,6 +273,15 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         return task
     }
 
+    /// `request`'s final image from the memory cache under `key` (its final memory key), when
+    /// the request may read it and the graph is not invalidated: the memory-hit path of
+    /// ``ImagePipeline/imageTask(with:)`` and of a start that looks again. Runs user code (the
+    /// memory cache): call it without the lock.
+    func cachedFinalImage(for request: ImageRequest, key: ImageCacheKey) -> ImageContainer? {
+        guard CacheLayers.readsMemory(request.options), !invalidatedFlag.load(ordering: .acquiring) else { return nil }
+        return caches.cachedImage(for: key)
+    }
+
     /// Whether `request` would join running work for its final image rather than start new
     /// work: the pool holds a task for its top stage that it may join. `keys`: its keys when
     /// made; else `decodeKey` (a request without processors). Must hold the lock.
@@ -282,7 +291,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
             return processPool[last]?.mayBeJoined(by: request) ?? false
         }
         guard let key = keys?.decode ?? decodeKey else { return false }
-        return decodePool[key]?.mayBeJoined(by: request) ?? false
+        return runningDecodeTask(for: key, joinedBy: request) != nil
     }
 
     /// The decode task running for `key` that `request` may join, when coalescing is on. Must

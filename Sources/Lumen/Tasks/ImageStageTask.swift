@@ -107,8 +107,8 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
             : (RequestedKeys(), RequestedKeys())
         let diskKeys = diskKeyList.elements
         // Only subscribers allowed to write a layer marked a key for it.
-        memoryKeys.forEach { caches.storeImage(result.container, for: $0) }
-        let storedInMemory = !memoryKeys.isEmpty && caches.hasImageCache && !result.container.isPreview
+        var storedInMemory = false
+        memoryKeys.forEach { if caches.storeImage(result.container, for: $0) { storedInMemory = true } }
         if !isEncodedOnDisk, !diskKeys.isEmpty, caches.hasDataCache, caches.storesEncodedImages, !result.container.isPreview {
             encode(result.container.image, response: result.urlResponse, for: diskKeys)
         }
@@ -145,9 +145,6 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
 struct RequestedKeys<Key: Equatable & Sendable>: Sendable {
     private var first: Key?
     private var others: [Key] = []
-
-    /// Whether no key was added.
-    var isEmpty: Bool { first == nil }
 
     /// Adds `key` unless it is there already.
     mutating func insert(_ key: Key) {
