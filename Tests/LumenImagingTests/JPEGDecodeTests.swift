@@ -218,6 +218,37 @@ struct JPEGDecodeTests {
         #expect(outcomes.decoded > 0 && outcomes.failed > 0)  // both paths were exercised
     }
 
+    /// A 32×16 JPEG with 4:1:0 chroma (luma sampled 4×2, chroma 1×1; written with libjpeg,
+    /// which TurboJPEG 2.1's encoder cannot do): red left half (200, 40, 40), blue right half
+    /// (40, 40, 200), quality 75. TurboJPEG 2.1 has no name for this subsampling, so its header
+    /// call fails although its decompressor decodes the file, as libjpeg and browsers do.
+    static let subsampled410 = Data(base64Encoded: "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAgGBgcGBQgHBwcJCQgKDBQNDAsLDBkSEw8UHRofHh0aHBwgJC4nICIsIxwcKDcpLDAxNDQ0Hyc5PTgyPC4zNDL/2wBDAQkJCQwLDBgNDRgyIRwhMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjL/wAARCAAQACADAUIAAhEBAxEB/8QAHwAAAQUBAQEBAQEAAAAAAAAAAAECAwQFBgcICQoL/8QAtRAAAgEDAwIEAwUFBAQAAAF9AQIDAAQRBRIhMUEGE1FhByJxFDKBkaEII0KxwRVS0fAkM2JyggkKFhcYGRolJicoKSo0NTY3ODk6Q0RFRkdISUpTVFVWV1hZWmNkZWZnaGlqc3R1dnd4eXqDhIWGh4iJipKTlJWWl5iZmqKjpKWmp6ipqrKztLW2t7i5usLDxMXGx8jJytLT1NXW19jZ2uHi4+Tl5ufo6erx8vP09fb3+Pn6/8QAHwEAAwEBAQEBAQEBAQAAAAAAAAECAwQFBgcICQoL/8QAtREAAgECBAQDBAcFBAQAAQJ3AAECAxEEBSExBhJBUQdhcRMiMoEIFEKRobHBCSMzUvAVYnLRChYkNOEl8RcYGRomJygpKjU2Nzg5OkNERUZHSElKU1RVVldYWVpjZGVmZ2hpanN0dXZ3eHl6goOEhYaHiImKkpOUlZaXmJmaoqOkpaanqKmqsrO0tba3uLm6wsPExcbHyMnK0tPU1dbX2Nna4uPk5ebn6Onq8vP09fb3+Pn6/9oADAMBAAIRAxEAPwDl6KwaK3qKwaK9jhT/AJff9u/+3HvcS/8ALr/t79D/2Q==")!
+
+    @Test(arguments: [nil, 8] as [Int?])
+    func chromaSubsamplingTurboJPEGCannotNameStillDecodes(size: Int?) throws {
+        let info = try ImageDecoder.info(for: Self.subsampled410)
+        #expect(info.width == 32 && info.height == 16)
+        let decoded = try ImageDecoder.decode(Self.subsampled410, options: DecodeOptions(size: size.map { .maxPixelSize($0) }))
+        let bitmap = decoded.bitmap
+        let width = size ?? 32
+        #expect(bitmap.width == width && bitmap.height == width / 2 && bitmap.format == .rgb8)
+        /// The mean colour of the columns `range` (a quarter of the width, away from the edge).
+        func mean(_ columns: Range<Int>) -> [Double] {
+            var sums = [0.0, 0.0, 0.0]
+            for y in 0..<bitmap.height {
+                for x in columns {
+                    for c in 0..<3 { sums[c] += Double(bitmap.pixels[(y * bitmap.width + x) * 3 + c]) }
+                }
+            }
+            return sums.map { $0 / Double(columns.count * bitmap.height) }
+        }
+        let quarter = width / 4
+        let left = mean(0..<quarter), right = mean((width - quarter)..<width)
+        for (got, expected) in zip(left + right, [200.0, 40, 40, 40, 40, 200]) {
+            #expect(abs(got - expected) < 12, "left \(left), right \(right)")
+        }
+    }
+
     @Test func concurrentDecodesMatchSerialOnes() async throws {
         var inputs: [Data] = []
         for name in ["hopper.jpg", "hopper_gray.jpg", "pil_sample_cmyk.jpg", "pil_sample_rgb.jpg", "flower.jpg", "hopper_orientation_6.jpg", "truncated_jpeg.jpg"] {

@@ -67,4 +67,26 @@ struct ReducedDecodeGeometryTests {
         let d = Self.differences(thumbnail.bitmap, reference)
         #expect(d.mean < 0.6 && d.max <= 3, "mean \(d.mean), max \(d.max)")
     }
+
+    /// When DCT scaling lands exactly on the target size (33 px at 1/8 is 5 pixels, and 5 is
+    /// the target), the scaled pixels are still not the target's grid: the fifth covers one
+    /// source column, not 6.6. The decode resamples over the extent anyway; taking the scaled
+    /// pixels as they are squeezed the picture towards the partial edge (on the 33 px ramp,
+    /// 22 levels off on average and 40 at worst; on the 1001 px one, about 1 on average).
+    @Test(arguments: [(33, 17, 5, 4.0, 8), (1001, 64, 126, 0.5, 2)], [false, true])
+    func jpegScalingThatLandsOnTheTargetStillKeepsColumnsInPlace(
+        image: (width: Int, height: Int, size: Int, meanLimit: Double, maxLimit: Int), eighthDecoder: Bool
+    ) throws {
+        let jpeg = try Self.ramp(width: image.width, height: image.height).encode(as: .jpeg(quality: 95))
+        var options = DecodeOptions()
+        options.allowsReducedScaleDecoder = eighthDecoder
+        let (thumbnail, reference) = try Self.thumbnailAndReference(jpeg, size: image.size, options: options)
+        let statistics = thumbnail.statistics
+        #expect(statistics.codecWidth == thumbnail.bitmap.width && statistics.codecHeight == thumbnail.bitmap.height,
+                "the case: the 1/8 scale is the target size (\(statistics.codecWidth)x\(statistics.codecHeight))")
+        #expect(image.width % 8 != 0 && statistics.codecWidth == (image.width + 7) / 8)
+        #expect(statistics.isResampled)
+        let d = Self.differences(thumbnail.bitmap, reference)
+        #expect(d.mean < image.meanLimit && d.max <= image.maxLimit, "mean \(d.mean), max \(d.max)")
+    }
 }

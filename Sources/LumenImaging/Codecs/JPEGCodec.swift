@@ -240,6 +240,14 @@ enum JPEGCodec: ImageCodec {
             "Application transferred too many scanlines",
         ]
 
+        /// Whether a failed `tjDecompressHeader3` only objected to a chroma subsampling that
+        /// TurboJPEG 2.1 has no name for (4:1:0, 1×4, …: valid JPEG that libjpeg decodes). It
+        /// fills in the size and colour space before raising that error, and `tjDecompress2`
+        /// decodes such files, so the header stands.
+        static func isUnnamedSubsampling(_ reason: String, colorspace: Int32) -> Bool {
+            reason.hasPrefix("tjDecompressHeader3(): Could not determine subsampling type") && colorspace >= 0
+        }
+
         /// The header as TurboJPEG reads it. Width and height are preset to 0 because
         /// TurboJPEG 2.1 can report success without filling them (a tables-only stream).
         func header(_ data: UnsafeRawBufferPointer, markers: JPEGMarkers) throws(ImagingError)
@@ -253,7 +261,7 @@ enum JPEGCodec: ImageCodec {
             let status = tjDecompressHeader3(
                 raw, data.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt(data.count),
                 &width, &height, &subsampling, &colorspace)
-            if case .failure(let reason) = outcome(status) {
+            if case .failure(let reason) = outcome(status), !Self.isUnnamedSubsampling(reason, colorspace: colorspace) {
                 if markers.isTruncated && markers.scanCount == 0 { throw .truncated }
                 throw .corrupted(reason: reason)
             }

@@ -308,7 +308,10 @@ struct Geometry {
         if mirrorsX { columns = (tw - columns.upperBound)..<(tw - columns.lowerBound) }
         if mirrorsY { rows = (th - rows.upperBound)..<(th - rows.lowerBound) }
         var image = bitmap
-        if image.width != tw || image.height != th {
+        // A reduced decode whose last column or row is a partial pixel is not the image on a
+        // pixel grid yet, even when it has the target size already (a 33 px side at 1/8 is
+        // 5 pixels, the fifth covering one source pixel): it is resampled over its extent.
+        if image.width != tw || image.height != th || !Resampler.isWholeGrid(image, extent: extent) {
             image = Resampler.resample(image, width: tw, height: th, columns: columns, rows: rows, extent: extent)
             resampled = true
         } else if columns.count < image.width || rows.count < image.height {

@@ -96,7 +96,7 @@ public enum Resampler {
             !columns.isEmpty && !rows.isEmpty && columns.lowerBound >= 0 && rows.lowerBound >= 0
                 && columns.upperBound <= width && rows.upperBound <= height,
             "Resampler: window \(columns)x\(rows) is outside \(width)x\(height)")
-        if width == image.width && height == image.height {
+        if width == image.width && height == image.height && isWholeGrid(image, extent: extent) {
             return image.cropped(x: columns.lowerBound, y: rows.lowerBound, width: columns.count, height: rows.count)
         }
         let original = image
@@ -107,6 +107,14 @@ public enum Resampler {
         let horizontal = FilterWeights.cached(resampling: image.width, to: width, extent: extentWidth, outputs: columns, filter: filter)
         let vertical = FilterWeights.cached(resampling: image.height, to: height, extent: extentHeight, outputs: rows, filter: filter)
         return convolve(image, horizontal: horizontal, vertical: vertical, kernel: kernel)
+    }
+
+    /// Whether `extent` (see ``resample(_:width:height:columns:rows:filter:extent:kernel:)``)
+    /// is `image`'s own pixel grid: no extent, or one equal to its size. Otherwise the edge
+    /// pixels cover less than a whole pixel and a same-size resample is not the identity.
+    static func isWholeGrid(_ image: Bitmap, extent: (width: Double, height: Double)?) -> Bool {
+        guard let extent else { return true }
+        return extent.width == Double(image.width) && extent.height == Double(image.height)
     }
 
     /// Which implementation of the inner loops ``convolve(_:horizontal:vertical:kernel:)`` runs.
