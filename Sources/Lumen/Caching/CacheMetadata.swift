@@ -148,6 +148,19 @@ public struct CacheMetadata: Sendable, Hashable, Codable {
         renewed(withHeaders: Self.headers(of: response), now: now)
     }
 
+    /// Whether a `304 Not Modified` speaks of the stored bytes, so that it may renew them: it
+    /// carries no ETag, or the entry has none, or the two match under weak comparison
+    /// (`W/"x"` and `"x"` match). A 304 naming another ETag says that the current
+    /// representation is another one: RFC 9111 §4.3.4 forbids renewing the stored one with it.
+    func isConfirmed(byNotModified response: URLResponse?) -> Bool {
+        guard let etag, let newTag = (response as? HTTPURLResponse)?.value(forHTTPHeaderField: "ETag") else { return true }
+        func opaque(_ tag: String) -> Substring {
+            let trimmed = tag.trimmingCharacters(in: .whitespaces)
+            return trimmed.hasPrefix("W/") ? trimmed.dropFirst(2) : Substring(trimmed)
+        }
+        return opaque(etag) == opaque(newTag)
+    }
+
     private static func caseInsensitive(_ headers: [String: String]) -> [String: String] {
         var lookup: [String: String] = [:]
         for (name, value) in headers { lookup[name.lowercased()] = value }
