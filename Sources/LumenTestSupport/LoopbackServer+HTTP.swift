@@ -77,7 +77,10 @@ struct HTTPRequestHead: Sendable {
 enum HTTPStatus {
     static func reason(_ status: Int) -> String {
         switch status {
+        case 100: "Continue"
+        case 103: "Early Hints"
         case 200: "OK"
+        case 206: "Partial Content"
         case 304: "Not Modified"
         case 400: "Bad Request"
         case 401: "Unauthorized"

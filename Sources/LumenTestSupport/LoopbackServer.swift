@@ -12,8 +12,9 @@ import Foundation
 ///
 /// Per path you can add latency (`setLatency(_:for:)`), hold requests until released
 /// (`hold(_:)` / `release(_:)`), pause a body part-way (`holdBody(_:after:)`), force a status code (`respond(path:status:)`), cut the body
-/// short (`truncate(path:after:)`) or send it with chunked transfer encoding and no
-/// `Content-Length` (`setChunked(_:for:)`). A route with an ETag or a Last-Modified date
+/// short (`truncate(path:after:)`), send it with chunked transfer encoding and no
+/// `Content-Length` (`setChunked(_:for:)`) or precede it with an interim `1xx` response
+/// (`sendInformational(_:for:)`). A route with an ETag or a Last-Modified date
 /// answers matching conditional requests with `304 Not Modified` and no body.
 ///
 /// Tests wait for the server without sleeping: `waitForRequests(path:count:)` and
@@ -172,6 +173,14 @@ public final class LoopbackServer: Sendable {
         }
     }
 
+    /// Sends an interim response with `status` (a `1xx`: `103 Early Hints`, `100 Continue`)
+    /// before each response to `path`, as servers and CDNs may (RFC 9110 §15.2: a client must
+    /// accept one even unasked); nil stops it.
+    public func sendInformational(_ status: Int?, for path: String) {
+        if let status { precondition((100..<200).contains(status) && status != 101, "LoopbackServer: \(status) is no interim status") }
+        core.updateRoute(path) { $0.informationalStatus = status }
+    }
+
     /// Delays every response to `path` by `latency`, measured from the moment its request
     /// arrives (a real wait on the server's connection thread). `.zero` removes the delay.
     public func setLatency(_ latency: Duration, for path: String) {
@@ -309,6 +318,7 @@ extension LoopbackServer {
         var lastModified: String?
         var cacheControl: String?
         var statusOverride: Int?
+        var informationalStatus: Int?
         var truncateAfter: Int?
         var isChunked = false
         var chunkSize = 16 * 1024

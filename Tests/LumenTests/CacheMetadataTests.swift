@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import Testing
 @testable import Lumen
+import LumenTestSupport
 
 @Suite(.timeLimit(.minutes(1)))
 struct CacheMetadataTests {
@@ -19,6 +20,7 @@ struct CacheMetadataTests {
         #expect(CacheControl(header: "max-age=60, max-age=120").maxAge == 0)
         #expect(CacheControl(header: "max-age=60, max-age=60").maxAge == 60)
         #expect(CacheControl(header: "no-cache=\"Set-Cookie\"").noCache)
+        #expect(CacheControl(header: "max-age=99999999999999999999999").maxAge == 2_147_483_648)
     }
 
     @Test func readsAResponse() throws {
@@ -72,6 +74,55 @@ struct CacheMetadataTests {
         if let cacheControl { headers["Cache-Control"] = cacheControl }
         let m = CacheMetadata(headers: headers, now: t0)
         #expect(m.isFresh(now: t0 + age, ttl: day, respectsHTTPCaching: respectsHTTP) == fresh)
+    }
+
+    /// The other ways a response states its freshness (headers, age in seconds, expected
+    /// freshness), TTL one day, received at `t0`. They were ignored: an entry the server said
+    /// had expired (`Expires` past or `0`, `Age` beyond `max-age`, `Vary: *`) was served from
+    /// disk for the whole TTL without asking.
+    static let otherFreshnessCases: [([String: String], TimeInterval, Bool)] = {
+        let t0 = Date(timeIntervalSince1970: 1_800_000_000)
+        let date = LoopbackServer.httpDate(t0)
+        return [
+            (["Expires": "Thu, 01 Jan 1970 00:00:00 GMT"], 0, false),
+            (["Expires": "0"], 0, false),  // invalid: already expired
+            (["Expires": "Sunday, 06-Nov-94 08:49:37 GMT"], 0, false),  // not IMF-fixdate: counted as past
+            (["Expires": LoopbackServer.httpDate(t0 + 600), "Date": date], 599, true),
+            (["Expires": LoopbackServer.httpDate(t0 + 600), "Date": date], 600, false),
+            (["Expires": LoopbackServer.httpDate(t0 + 600)], 599, true),  // no Date: from arrival
+            (["Expires": "Thu, 01 Jan 2099 00:00:00 GMT"], 86_399, true),  // never past the TTL
+            (["Expires": "0", "Cache-Control": "max-age=600"], 10, true),  // max-age wins
+            (["Cache-Control": "max-age=60", "Age": "3600"], 0, false),
+            (["Cache-Control": "max-age=600", "Age": "100"], 499, true),
+            (["Cache-Control": "max-age=600", "Age": "100"], 500, false),
+            (["Cache-Control": "max-age=600", "Age": "junk"], 599, true),
+            (["Cache-Control": "max-age=600", "Vary": "*"], 0, false),
+            (["Cache-Control": "max-age=600", "Vary": "Accept-Encoding"], 599, true),
+            (["Cache-Control": "max-age=99999999999999999999999"], 3600, true),  // overflow: 2^31 s
+        ]
+    }()
+
+    @Test(arguments: otherFreshnessCases)
+    func freshnessFromOtherHeaders(headers: [String: String], age: TimeInterval, fresh: Bool) {
+        let m = CacheMetadata(headers: headers, now: t0)
+        #expect(m.isFresh(now: t0 + age, ttl: day) == fresh)
+    }
+
+    @Test func a304WithAPastExpiresLeavesTheEntryStale() {
+        let m = CacheMetadata(headers: ["ETag": "\"v1\"", "Cache-Control": "max-age=60"], now: t0)
+        let renewed = m.renewed(withHeaders: ["Expires": "0"], now: t0 + 120)
+        #expect(!renewed.isFresh(now: t0 + 120, ttl: day))
+        // A 304 stating no freshness keeps the stored directives.
+        #expect(m.renewed(withHeaders: ["ETag": "\"v1\""], now: t0 + 120).isFresh(now: t0 + 150, ttl: day))
+    }
+
+    @Test func parsesIMFFixdateOnly() {
+        #expect(CacheMetadata.parseHTTPDate("Sun, 06 Nov 1994 08:49:37 GMT") == Date(timeIntervalSince1970: 784_111_777))
+        #expect(CacheMetadata.parseHTTPDate(LoopbackServer.httpDate(t0)) == t0)
+        for text in ["", "0", "-1", "Sun, 06 Nov 1994 08:49:37 UTC", "Sun, 6 Nov 1994 08:49:37 GMT",
+                     "Sun, 06 Foo 1994 08:49:37 GMT", "Sun, 06 Nov 1994 24:00:00 GMT", "Sun Nov  6 08:49:37 1994"] {
+            #expect(CacheMetadata.parseHTTPDate(text) == nil, "\(text)")
+        }
     }
 
     @Test func clockGoingBackwardsCountsAsAgeZero() {

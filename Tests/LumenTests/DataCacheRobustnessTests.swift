@@ -90,6 +90,40 @@ struct DataCacheRobustnessTests {
         #expect(cache.metrics.misses == 1)
     }
 
+    /// A FIFO under an entry's name is no entry: a miss, removed and reported. (Opened with a
+    /// blocking `open`, it waited for a writer forever: the read never returned.)
+    @Test func fifoUnderAnEntryNameIsAMissNotAHang() throws {
+        let dir = try CacheTestDirectory()
+        let cache = makeCache(dir)
+        let url = cache.url(for: "k")
+        #expect(mkfifo(url.path, 0o600) == 0)
+
+        #expect(cache.cachedData(for: "k") == nil)
+        #expect(!FileManager.default.fileExists(atPath: url.path))
+        #expect(failures.all.map(\.kind) == [.corruptEntryRemoved])
+        #expect(failures.all.first?.reason == "not a regular file (a FIFO, socket or device)")
+        cache.storeData(payload, metadata: metadata(), for: "k")
+        cache.flush()
+        #expect(cache.cachedData(for: "k")?.data == payload)
+    }
+
+    /// A sweep (one runs when every cache opens its directory) removes a FIFO under an entry's
+    /// name instead of waiting on it: the background queue, and every `flush()`, went on
+    /// waiting forever.
+    @Test func sweepRemovesAFifoUnderAnEntryName() throws {
+        let dir = try CacheTestDirectory()
+        let cache = makeCache(dir)
+        let fifo = dir.url.appendingPathComponent(String(repeating: "cd", count: 32))
+        #expect(mkfifo(fifo.path, 0o600) == 0)
+        cache.storeData(payload, metadata: metadata(), for: "good")
+
+        cache.sweep()
+        cache.flush()
+        let names = try FileManager.default.contentsOfDirectory(atPath: dir.path)
+        #expect(names == [DataCache.filename(for: "good")])
+        #expect(failures.all.map(\.kind) == [.corruptEntryRemoved])
+    }
+
     @Test func deletedDirectoryIsRecreatedByTheNextWrite() throws {
         let dir = try CacheTestDirectory()
         let cache = makeCache(dir)

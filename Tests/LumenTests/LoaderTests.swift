@@ -110,6 +110,61 @@ struct LoaderTests {
         }
     }
 
+    /// An interim `100 Continue` or `103 Early Hints` before the response is not the response.
+    /// FoundationNetworking hands it to the delegate first, and the load failed with
+    /// `.statusCode(103)` although a good 200 followed.
+    @Test(arguments: [100, 103])
+    func interimResponseBeforeTheResponseIsSkipped(status: Int) async throws {
+        let body = Self.bytes(count: 50_000, seed: 3)
+        server.serve(path: "/hinted.jpg", data: body, contentType: "image/jpeg")
+        server.sendInformational(status, for: "/hinted.jpg")
+        let sink = ChunkSink()
+
+        let response = try await loader.loadData(for: URLRequest(url: server.url(for: "/hinted.jpg")), didReceive: sink.append)
+
+        let http = try #require(response as? HTTPURLResponse)
+        #expect(http.statusCode == 200)
+        #expect(sink.data == body)
+        #expect(sink.responsesMatched(http))
+    }
+
+    /// A `206 Partial Content` answering a request that asked for no range is a part of the
+    /// image, not the image: a typed error (it was returned as the body, and decoded).
+    @Test func partialContentForAWholeRequestIsATypedError() async throws {
+        server.serve(path: "/part", data: Data("body".utf8))
+        server.respond(path: "/part", status: 206)
+
+        let error = await #expect(throws: DataLoader.Error.self) {
+            try await loader.loadData(for: URLRequest(url: server.url(for: "/part"))) { _, _ in }
+        }
+        #expect(error?.statusCode == 206)
+
+        // Asked for: accepted.
+        var ranged = URLRequest(url: server.url(for: "/part"))
+        ranged.setValue("bytes=0-9", forHTTPHeaderField: "Range")
+        let response = try await loader.loadData(for: ranged) { _, _ in }
+        #expect((response as? HTTPURLResponse)?.statusCode == 206)
+    }
+
+    /// `timeoutIntervalForResource` bounds the whole load. FoundationNetworking ignores it: a
+    /// held request (or a server trickling bytes, which the request timeout never catches)
+    /// kept the load waiting for ever.
+    @Test func resourceTimeoutEndsALoadThatNeverFinishes() async throws {
+        server.serve(path: "/slow", data: Data("body".utf8))
+        server.hold("/slow")
+        defer { server.release("/slow") }
+        let configuration = DataLoader.defaultConfiguration
+        configuration.timeoutIntervalForRequest = 120
+        configuration.timeoutIntervalForResource = 1
+        let loader = DataLoader(configuration: configuration)
+
+        let error = await #expect(throws: URLError.self) {
+            try await loader.loadData(for: URLRequest(url: server.url(for: "/slow"))) { _, _ in }
+        }
+        #expect(error?.code == .timedOut)
+        #expect(server.requestCount(for: "/slow") == 1)
+    }
+
     @Test func customValidatorCanAcceptErrorStatuses() async throws {
         let lenient = DataLoader(validate: { _, _ in })
         let sink = ChunkSink()

@@ -1,4 +1,8 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Synchronization
 import Testing
 import Lumen
 import LumenTestSupport
@@ -133,5 +137,74 @@ struct PipelineCacheRevalidationTests {
         h.pipeline.cache.removeAllFromMemory()
         #expect(try await h.pipeline.image(for: url).cacheType == .disk)
         #expect(server.statistics.notModifiedResponses == (respectingHTTP ? 2 : 1))
+    }
+
+    /// A server that answers a revalidation `304` with another ETag than the stored one (its
+    /// content changed; it compared `If-Modified-Since`, say, and lied): the stored bytes are
+    /// not renewed under that ETag but loaded again. They were renewed, so the old bytes were
+    /// served, and every later revalidation with the new ETag confirmed them.
+    @Test func a304NamingAnotherETagLoadsTheBytesAgain() async throws {
+        let server = RevalidationLiar(v1: Self.bodyV1, v2: Self.bodyV2)
+        let h = PipelineCacheHarness { $0.dataLoader = server }
+        defer { h.cleanUp() }
+        let url = URL(string: "https://images.example.com/changed.jpg")!
+        let first = try await h.pipeline.image(for: url)
+
+        server.publishV2()
+        h.clock.advance(by: 120)
+        h.pipeline.cache.removeAllFromMemory()
+        let second = try await h.pipeline.image(for: url)
+        #expect(second.cacheType == nil)
+        #expect(second.image != first.image)
+        #expect(server.requests.map { $0.value(forHTTPHeaderField: "If-None-Match") } == [nil, "\"v1\"", nil])
+
+        // The entry now holds v2 under "v2": its next revalidation is an honest 304.
+        await h.flush()
+        h.clock.advance(by: 120)
+        h.pipeline.cache.removeAllFromMemory()
+        let third = try await h.pipeline.image(for: url)
+        #expect(third.cacheType == .disk)
+        #expect(third.image == second.image)
+        #expect(server.requests.last?.value(forHTTPHeaderField: "If-None-Match") == "\"v2\"")
+    }
+}
+
+/// A data loader playing a server whose image changed from v1 to v2 (`publishV2()`) and which
+/// answers every conditional request `304` with the current ETag, whatever was asked.
+private final class RevalidationLiar: DataLoading {
+    private struct State {
+        var isV2 = false
+        var requests: [URLRequest] = []
+    }
+
+    private let v1: Data
+    private let v2: Data
+    private let state = Mutex(State())
+
+    init(v1: Data, v2: Data) {
+        self.v1 = v1
+        self.v2 = v2
+    }
+
+    func publishV2() { state.withLock { $0.isV2 = true } }
+
+    var requests: [URLRequest] { state.withLock { $0.requests } }
+
+    func loadData(for request: URLRequest, didReceive: @Sendable (Data, URLResponse) throws -> Void) async throws -> URLResponse {
+        let isV2 = state.withLock { state in
+            state.requests.append(request)
+            return state.isV2
+        }
+        let url = request.url!
+        let etag = isV2 ? "\"v2\"" : "\"v1\""
+        if DataLoader.isConditional(request) {
+            return HTTPURLResponse(url: url, statusCode: 304, httpVersion: "HTTP/1.1",
+                                   headerFields: ["ETag": etag, "Cache-Control": "max-age=60"])!
+        }
+        let body = isV2 ? v2 : v1
+        let response = HTTPURLResponse(url: url, statusCode: 200, httpVersion: "HTTP/1.1",
+                                       headerFields: ["ETag": etag, "Cache-Control": "max-age=60", "Content-Length": String(body.count)])!
+        try didReceive(body, response)
+        return response
     }
 }

@@ -83,6 +83,9 @@ enum EntryFormat {
         case checksumMismatch
         case undecodableMetadata
         case keyMismatch
+        /// A FIFO, socket or device under an entry's name: never read (a FIFO's reader would
+        /// wait for a writer forever).
+        case notARegularFile
 
         var description: String {
             switch self {
@@ -93,6 +96,7 @@ enum EntryFormat {
             case .checksumMismatch: "checksum mismatch"
             case .undecodableMetadata: "metadata is not a valid record"
             case .keyMismatch: "entry belongs to another key"
+            case .notARegularFile: "not a regular file (a FIFO, socket or device)"
             }
         }
     }

@@ -22,11 +22,18 @@ import Synchronization
 /// - Validation: by default a non-2xx status throws `DataLoader.Error.statusCode` as soon
 ///   as the response head arrives (the body is not downloaded), except a `304 Not Modified`
 ///   answering a conditional request (`If-None-Match` or `If-Modified-Since`), which is
-///   returned normally so that a cache can renew its entry. Pass `validate:` to change this.
+///   returned normally so that a cache can renew its entry; so does a `206 Partial Content`
+///   answering a request that sent no `Range` (a part of an image is not the image). Pass
+///   `validate:` to change this. Interim `1xx` responses (`103 Early Hints`) are skipped.
 /// - Errors: transport failures are rethrown as `URLError`; a body cut short of its
 ///   `Content-Length` (the connection closed early) throws `.incompleteBody`, and a body of
 ///   unknown length (chunked) cut short `URLError(.networkConnectionLost)`; local URLs throw `.fileNotFound`,
 ///   `.fileUnreadable` or `.invalidDataURL`.
+/// - Timeouts: `timeoutIntervalForRequest` bounds each wait for bytes (FoundationNetworking
+///   truncates it to whole seconds); `timeoutIntervalForResource` bounds the whole load and
+///   throws `URLError(.timedOut)` — enforced by the loader itself on Linux, where
+///   FoundationNetworking ignores it (a server trickling a byte now and then held a load
+///   for ever).
 /// - Linux: FoundationNetworking keeps a socket's write-readiness source after libcurl asks
 ///   only to read, so a transfer waiting on a slow server busy-polls a core while it waits
 ///   (any `URLSession` task does). Plug another client in through ``DataLoading`` if that
@@ -92,6 +99,8 @@ public final class DataLoader: DataLoading, Sendable {
     private let validator: Validator
     /// The session's `URLCache`, read once (`session.configuration` is a fresh copy per call).
     private let urlCache: URLCache?
+    /// The session's `timeoutIntervalForResource`, read once: the loader enforces it on Linux.
+    private let resourceTimeout: TimeInterval
 
     /// How many body bytes a `file:` read hands to `didReceive` at a time.
     static let fileChunkSize = 128 * 1024
@@ -142,6 +151,7 @@ public final class DataLoader: DataLoading, Sendable {
         self.delegate = delegate
         self.validator = validate
         self.urlCache = configuration.urlCache
+        self.resourceTimeout = configuration.timeoutIntervalForResource
         self.session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
     }
 
@@ -151,12 +161,17 @@ public final class DataLoader: DataLoading, Sendable {
         session.finishTasksAndInvalidate()
     }
 
-    /// The default validator: accepts 2xx, and 304 when `request` was conditional
-    /// (`If-None-Match` or `If-Modified-Since`); throws `.statusCode` otherwise. Non-HTTP
-    /// responses are accepted.
+    /// The default validator: accepts 2xx (206 only when `request` asked for a `Range`), and
+    /// 304 when `request` was conditional (`If-None-Match` or `If-Modified-Since`); throws
+    /// `.statusCode` otherwise. Non-HTTP responses are accepted.
     @Sendable public static func validate(_ response: URLResponse, _ request: URLRequest) throws {
         guard let http = response as? HTTPURLResponse else { return }
         let status = http.statusCode
+        if status == 206, request.value(forHTTPHeaderField: "Range") == nil {
+            // Part of the image, unasked: decoding it would fail as truncated at best, and
+            // some formats decode a part without noticing.
+            throw Error.statusCode(status, response)
+        }
         if (200..<300).contains(status) { return }
         if status == 304, isConditional(request) { return }
         throw Error.statusCode(status, response)
@@ -213,6 +228,10 @@ public final class DataLoader: DataLoading, Sendable {
             task.cancel()
         }
         task.resume()
+        #if canImport(FoundationNetworking)
+        let deadline = scheduleResourceTimeout(identifier, url: request.url)
+        defer { deadline?.cancel() }
+        #endif
         let outcome: Result<URLResponse, any Swift.Error>
         do { outcome = .success(try await receive(events, request: request, didReceive: didReceive)) } catch { outcome = .failure(error) }
         continuation.finish()
@@ -222,6 +241,24 @@ public final class DataLoader: DataLoading, Sendable {
         await finished.wait(atMost: .seconds(10))
         return try outcome.get()
     }
+
+    #if canImport(FoundationNetworking)
+    /// Ends transfer `identifier` with `URLError(.timedOut)` once `timeoutIntervalForResource`
+    /// has passed; FoundationNetworking never does (its request timeout restarts with every
+    /// byte, so a trickling server kept a load alive for ever). `nil` when there is no finite
+    /// limit. Cancel the answer when the load ends first.
+    private func scheduleResourceTimeout(_ identifier: Int, url: URL?) -> DispatchWorkItem? {
+        let limit = resourceTimeout
+        guard limit > 0, limit.isFinite else { return nil }
+        let item = DispatchWorkItem { [delegate] in
+            var info: [String: Any] = [NSLocalizedDescriptionKey: "the load took longer than the resource timeout (\(limit) s)"]
+            if let url { info[NSURLErrorFailingURLErrorKey] = url }
+            delegate.fail(identifier, with: URLError(.timedOut, userInfo: info))
+        }
+        DispatchQueue.global().asyncAfter(deadline: .now() + limit, execute: item)
+        return item
+    }
+    #endif
 
     /// The events of one transfer, up to its response (or the error that ends it).
     private func receive(
@@ -345,6 +382,12 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
         _ = handlers.withLock { $0.removeValue(forKey: identifier) }
     }
 
+    /// Ends the load listening to task `identifier` with `error` (the task itself is cancelled
+    /// when the load's stream terminates).
+    func fail(_ identifier: Int, with error: any Error) {
+        handlers.withLock { $0.removeValue(forKey: identifier) }?.continuation.finish(throwing: error)
+    }
+
     private func handler(for task: URLSessionTask) -> Handler? {
         handlers.withLock { $0[task.taskIdentifier] }
     }
@@ -357,6 +400,13 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
     ) {
         guard let handler = handler(for: dataTask) else {
             completionHandler(.cancel)
+            return
+        }
+        // FoundationNetworking reports an interim response (`103 Early Hints`, `100 Continue`)
+        // here as if it were the response; the real one follows on the same task. It is not
+        // validated (it would fail the load as a non-2xx status) and not passed on.
+        if let http = response as? HTTPURLResponse, (100..<200).contains(http.statusCode), http.statusCode != 101 {
+            completionHandler(.allow)
             return
         }
         do {

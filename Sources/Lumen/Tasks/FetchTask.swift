@@ -10,7 +10,8 @@ import FoundationNetworking
 ///
 /// Disk reads run on a decoding worker (where a hit's decode follows), writes on the
 /// data-loading queue's task; never under the graph's lock. A stale entry with validators is revalidated: the request carries `If-None-Match` /
-/// `If-Modified-Since`, a `304 Not Modified` renews the entry and serves its bytes, a `200`
+/// `If-Modified-Since`, a `304 Not Modified` renews the entry and serves its bytes (unless it
+/// names another ETag: then the bytes are loaded again without validators), a `200`
 /// replaces it. Failures are never written. `file:` and `data:` URLs, and methods other than
 /// `GET`, bypass the disk cache.
 ///
@@ -171,6 +172,14 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
                     guard let stale, let diskKey, !conditionalHeaders.isEmpty else {
                         complete(.failure(.dataIsEmpty)) // a 304 nobody asked for has no bytes
                         return
+                    }
+                    guard stale.metadata.isConfirmed(byNotModified: fetched.urlResponse) else {
+                        // The 304 names another ETag than the stored bytes': they are not known
+                        // to be current, and renewing them under that ETag would have every later
+                        // revalidation confirm the wrong bytes. Ask again without validators (a
+                        // 304 to that fails the load).
+                        conditionalHeaders = [:]
+                        continue
                     }
                     graph.metricsStore.withLock { $0.notModified += 1 }
                     caches.renew(key: diskKey, metadata: stale.metadata, response: fetched.urlResponse)
