@@ -147,6 +147,9 @@ extension LoopbackServer {
                 let head = "HTTP/1.1 \(interim) \(HTTPStatus.reason(interim))\r\nLink: </hint.css>; rel=preload\r\n\r\n"
                 guard write(Data(head.utf8)) else { return clientGone() }
             }
+            if let redirect = route.redirect {
+                return sendSimple(status: redirect.status, keepAlive: keepAlive, extraHeaders: ["Location": redirect.location])
+            }
             if let status = route.statusOverride {
                 return sendSimple(status: status, keepAlive: keepAlive, isHead: request.method == "HEAD")
             }

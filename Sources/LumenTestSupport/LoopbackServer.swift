@@ -158,6 +158,12 @@ public final class LoopbackServer: Sendable {
         core.updateRoute(path) { $0.statusOverride = status }
     }
 
+    /// Answers requests to `path` with a `status` redirect (302 by default) to `location`,
+    /// sent as given in `Location`; nil restores the content.
+    public func redirect(path: String, to location: String?, status: Int = 302) {
+        core.updateRoute(path) { $0.redirect = location.map { (status, $0) } }
+    }
+
     /// Sends the full `Content-Length` for `path` but only the first `bytes` of the body, then
     /// closes the connection; nil restores full bodies.
     public func truncate(path: String, after bytes: Int?) {
@@ -318,6 +324,8 @@ extension LoopbackServer {
         var lastModified: String?
         var cacheControl: String?
         var statusOverride: Int?
+        /// A redirect answered instead of the content: (status, Location).
+        var redirect: (status: Int, location: String)?
         var informationalStatus: Int?
         var truncateAfter: Int?
         var isChunked = false

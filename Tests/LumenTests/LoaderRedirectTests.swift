@@ -1,0 +1,81 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Testing
+import Lumen
+import LumenTestSupport
+
+/// `DataLoader` and redirects: followed within HTTP, refused to any other scheme.
+@Suite(.timeLimit(.minutes(1)))
+struct LoaderRedirectTests {
+    let server: LoopbackServer
+    let loader = DataLoader()
+    let image = LoaderTests.bytes(count: 5_000, seed: 11)
+
+    init() throws {
+        server = try LoopbackServer()
+        server.serve(path: "/img.png", data: image, contentType: "image/png")
+        // What a redirect to a local file would reach if it were taken as a path on this server.
+        server.serve(path: "/etc/passwd", data: Data("root:x:0:0".utf8))
+        server.serve(path: "/a:b.png", data: image, contentType: "image/png")
+    }
+
+    /// FoundationNetworking follows `Location: file:///etc/passwd` as `GET /etc/passwd` on the
+    /// same server; the loader refuses it before any second request, with a typed error.
+    @Test(arguments: ["file:///etc/passwd", "FILE:///etc/passwd", "data:text/plain,root", "ftp://127.0.0.1/etc/passwd",
+                      "gopher://127.0.0.1/etc/passwd"])
+    func aRedirectToAnotherSchemeIsRefused(location: String) async throws {
+        server.redirect(path: "/r", to: location)
+        let sink = ChunkSink()
+
+        let error = await #expect(throws: URLError.self) {
+            _ = try await loader.loadData(for: URLRequest(url: server.url(for: "/r")), didReceive: sink.append)
+        }
+
+        #expect(error?.code == .unsupportedURL)
+        #expect(sink.data.isEmpty)
+        #expect(server.statistics.totalRequests == 1)
+        #expect(server.requestCount(for: "/etc/passwd") == 0)
+    }
+
+    /// Relative, scheme-relative and absolute HTTP locations are followed (a colon later in a
+    /// path does not make it a scheme).
+    @Test(arguments: ["/img.png", "img.png", "/a:b.png", "http://127.0.0.1:PORT/img.png", "HTTP://127.0.0.1:PORT/img.png",
+                      "//127.0.0.1:PORT/img.png"])
+    func aRedirectWithinHTTPIsFollowed(location: String) async throws {
+        let port = server.url(for: "/").port ?? 0
+        server.redirect(path: "/r", to: location.replacingOccurrences(of: "PORT", with: String(port)), status: 301)
+        let sink = ChunkSink()
+
+        let response = try await loader.loadData(for: URLRequest(url: server.url(for: "/r")), didReceive: sink.append)
+
+        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        #expect(sink.data == image)
+        #expect(server.statistics.totalRequests == 2)
+    }
+
+    /// FoundationNetworking traps when a task is cancelled between asking its delegate about
+    /// a redirect and handling the answer. Loads through a chain of redirects, cancelled after
+    /// varying numbers of scheduler turns, hit that window; each ends as cancelled (or with
+    /// the image, when it won), and the process lives.
+    @Test func cancellingDuringRedirectsIsSafe() async throws {
+        server.serve(path: "/big.png", data: Data(count: 200_000), contentType: "image/png")
+        for hop in 0..<8 { server.redirect(path: "/hop\(hop)", to: hop == 7 ? "/big.png" : "/hop\(hop + 1)") }
+        var cancelled = 0
+        for round in 0..<400 {
+            let load = Task { [loader, server] in
+                try await loader.loadData(for: URLRequest(url: server.url(for: "/hop0")), didReceive: { _, _ in })
+            }
+            for _ in 0..<(round % 40) { await Task.yield() }
+            load.cancel()
+            switch await load.result {
+            case .success(let response): #expect((response as? HTTPURLResponse)?.statusCode == 200)
+            case .failure(let error):
+                #expect(error is CancellationError || (error as? URLError)?.code == .cancelled, "round \(round): \(error)")
+                cancelled += 1
+            }
+        }
+        #expect(cancelled > 0)
+    }
+}
