@@ -21,8 +21,13 @@ struct UIModelRandomTests {
     @Test func randomProgramsKeepTheContract() async {
         var failures = 0
         var totals = UIModelRun.Stats()
-        for seed in 1...300 {
-            let run = UIModelRun(seed: UInt64(seed), steps: 30)
+        // `LUMEN_UIMODEL_SEEDS=first-last` and `LUMEN_UIMODEL_STEPS=n` widen a local search.
+        let environment = ProcessInfo.processInfo.environment
+        let bounds = (environment["LUMEN_UIMODEL_SEEDS"] ?? "1-300").split(separator: "-").compactMap { Int($0) }
+        let seeds = bounds.count == 2 ? bounds[0]...bounds[1] : 1...300
+        let steps = environment["LUMEN_UIMODEL_STEPS"].flatMap { Int($0) } ?? 30
+        for seed in seeds {
+            let run = UIModelRun(seed: UInt64(seed), steps: steps)
             let failure = await run.execute()
             totals.add(run.stats)
             if let failure {
@@ -34,6 +39,7 @@ struct UIModelRandomTests {
         }
         print("UIModelRandomTests: \(totals)")
         // The programs must reach the interesting states, or the oracle checks nothing.
+        guard seeds == 1...300, steps == 30 else { return }
         #expect(totals.delivered > 1000 && totals.sizeChangesAfterSuccess > 100 && totals.shared > 100)
     }
 }
@@ -56,15 +62,18 @@ final class UIModelRun {
         var sizeChangesAfterSuccess = 0
         /// Deliveries of a URL that a prefetch and a visible model both wanted.
         var shared = 0
+        /// Loads of a URL whose full-size image a prefetch left in memory.
+        var shownFromPrefetch = 0
 
         mutating func add(_ other: Stats) {
             steps += other.steps; delivered += other.delivered; failed += other.failed
             cancelled += other.cancelled; successes += other.successes
             sizeChangesAfterSuccess += other.sizeChangesAfterSuccess; shared += other.shared
+            shownFromPrefetch += other.shownFromPrefetch
         }
 
         var description: String {
-            "\(steps) steps, \(delivered) loads delivered, \(failed) failed, \(cancelled) cancelled, \(successes) models in success at the end, \(sizeChangesAfterSuccess) size changes after success checked, \(shared) deliveries shared by a prefetch and a visible model"
+            "\(steps) steps, \(delivered) loads delivered, \(failed) failed, \(cancelled) cancelled, \(successes) models in success at the end, \(sizeChangesAfterSuccess) size changes after success checked, \(shared) deliveries shared by a prefetch and a visible model, \(shownFromPrefetch) loads shown from a prefetched image"
         }
     }
 
@@ -79,6 +88,19 @@ final class UIModelRun {
     private let naturals: [URL: Int]
     private let loader: GatedLoader
     private let decoder = NaturalSizeRecordingDecoder()
+    /// Whether the pipeline decodes real PNGs with its default decoder (which also makes
+    /// sizes from a full-size image in memory) instead of ``NaturalSizeRecordingDecoder``.
+    private let usesDefaultDecoder: Bool
+    /// The disk cache, in some seeds.
+    private let dataCache: DataCache?
+    /// The only prefetcher the program uses, in some seeds (so that its limit is exact).
+    private let prefetcherUse: ImagePrefetcher.Destination?
+    /// `didComplete` calls per prefetcher.
+    private let completions = CompletionCounts()
+    /// Per prefetcher, the completion count when it was last seen busy.
+    private var busySince: [ImagePrefetcher.Destination: Int] = [:]
+    /// Batch prefetches (`ImagePipeline.prefetch`) started.
+    private var batches: [BatchPrefetch] = []
     private let pipeline: ImagePipeline
     private let memory: ImagePrefetcher
     private let disk: ImagePrefetcher
@@ -100,17 +122,24 @@ final class UIModelRun {
         random = SeededGenerator(seed: seed)
         let count = Int.random(in: 2...4, using: &random)
         urls = (0..<count).map { URL(string: "https://model.test/\(seed)/\($0).jpg")! }
+        usesDefaultDecoder = Int.random(in: 0..<100, using: &random) < 40
+        let directory = Int.random(in: 0..<100, using: &random) < 40
+            ? FileManager.default.temporaryDirectory.appendingPathComponent("lumen-uimodel-\(UUID().uuidString)") : nil
         var naturals: [URL: Int] = [:]
-        var images: [URL: (natural: Int, index: Int)] = [:]
+        var bodies: [URL: Data] = [:]
         for (index, url) in urls.enumerated() {
             let natural = [50, 64, 100, 130, 200, 256, 400].randomElement(using: &random)!
             naturals[url] = natural
-            images[url] = (natural, index)
+            bodies[url] = usesDefaultDecoder
+                ? NaturalSizeRecordingDecoder.png(natural: natural, index: index)
+                : NaturalSizeRecordingDecoder.body(natural: natural, index: index)
         }
         self.naturals = naturals
-        loader = GatedLoader(signal: signal, images: images)
+        loader = GatedLoader(signal: signal, bodies: bodies)
         var configuration = ImagePipeline.Configuration(dataLoader: loader)
-        configuration.decoder = decoder
+        if !usesDefaultDecoder { configuration.decoder = decoder }
+        dataCache = directory.map { DataCache(name: "uimodel", directory: $0) }
+        configuration.dataCache = dataCache
         configuration.decodingQueue = WorkQueue(name: "model.decode", maxConcurrentCount: 2, execution: .threads)
         configuration.processingQueue = WorkQueue(name: "model.process", maxConcurrentCount: 2, execution: .threads)
         pipeline = ImagePipeline(configuration: configuration)
@@ -118,6 +147,7 @@ final class UIModelRun {
                                  maxConcurrentRequestCount: Int.random(in: 1...3, using: &random))
         disk = ImagePrefetcher(pipeline: pipeline, destination: .diskCache,
                                maxConcurrentRequestCount: Int.random(in: 1...2, using: &random))
+        prefetcherUse = [nil, nil, .memoryCache, .diskCache].randomElement(using: &random)!
         let modelCount = Int.random(in: 1...3, using: &random)
         for _ in 0..<modelCount {
             models.append(FetchImage(pipeline: pipeline))
@@ -125,9 +155,10 @@ final class UIModelRun {
             holdsBytes.append(false)
         }
         let signal = self.signal
-        memory.didComplete = { signal.ping() }
-        disk.didComplete = { signal.ping() }
-        log.append("urls naturals: \(urls.map { naturals[$0]! }), memory max \(memory.maxConcurrentRequestCount), disk max \(disk.maxConcurrentRequestCount), models \(modelCount)")
+        let completions = self.completions
+        memory.didComplete = { completions.add(.memoryCache); signal.ping() }
+        disk.didComplete = { completions.add(.diskCache); signal.ping() }
+        log.append("urls naturals: \(urls.map { naturals[$0]! }), default decoder \(usesDefaultDecoder), disk cache \(dataCache != nil), only \(String(describing: prefetcherUse)), memory max \(memory.maxConcurrentRequestCount), disk max \(disk.maxConcurrentRequestCount), models \(modelCount)")
     }
 
     /// Runs the program; returns the first violation, or `nil`.
@@ -141,7 +172,13 @@ final class UIModelRun {
                 signal.ping()
             }
         }
-        defer { ticker.cancel() }
+        defer {
+            ticker.cancel()
+            if let dataCache {
+                dataCache.flush()
+                try? FileManager.default.removeItem(at: dataCache.directory)
+            }
+        }
         do {
             for _ in 0..<steps {
                 stats.steps += 1
@@ -204,9 +241,17 @@ final class UIModelRun {
         case 28..<42:
             let index = Int.random(in: 0..<models.count, using: &random)
             let url = pick(urls)
-            log.append("m\(index).load(\(name(url)))")
+            let inMemory = pipeline.cache.containsCachedImage(for: ImageRequest(url: url))
+            log.append("m\(index).load(\(name(url))) fullSizeInMemory=\(inMemory)")
             holdsBytes[index] = false
             models[index].load(ImageRequest(url: url))
+            // A prefetched image is downloaded once: with the default decoder, a model shows it
+            // (at any size) from the full-size image in memory, fetching nothing.
+            if usesDefaultDecoder, inMemory, visible[index] {
+                let model = models[index]
+                try await eventually("m\(index) shows prefetched \(name(url)) without a download") { !model.isLoading }
+                stats.shownFromPrefetch += 1
+            }
         case 42..<50:
             let index = Int.random(in: 0..<models.count, using: &random)
             log.append("m\(index).onDisappear")
@@ -218,17 +263,62 @@ final class UIModelRun {
             visible[index] = true
             models[index].onAppear()
         case 58..<72: try await changeSize()
-        case 72..<75:
+        case 72..<74:
+            let index = Int.random(in: 0..<models.count, using: &random)
+            if chance(30) {
+                log.append("m\(index).reset()")
+                holdsBytes[index] = false
+                models[index].reset()
+            } else {
+                let url = pick(urls)
+                log.append("m\(index).url = \(name(url))")
+                if models[index].request?.url != url { holdsBytes[index] = false }
+                models[index].url = url
+            }
+        case 74..<76:
             let index = Int.random(in: 0..<models.count, using: &random)
             let priority = pick([ImageRequest.Priority.low, .normal, .high])
             log.append("m\(index).priority = \(priority)")
             models[index].priority = priority
+        case 76..<80: try await batchStep()
         default: try await endALoad()
         }
     }
 
+    /// Starts a batch prefetch, or cancels a running one (which must return at once).
+    private func batchStep() async throws {
+        if let running = batches.filter({ !$0.isCancelled && $0.outcome == nil }).randomElement(using: &random), chance(50) {
+            log.append("batch#\(running.id).cancel")
+            running.isCancelled = true
+            running.task?.cancel()
+            try await eventually("cancelled batch#\(running.id) returns") { running.outcome != nil }
+            return
+        }
+        let chosen = someURLs() + (chance(30) ? [pick(urls)] : [])
+        let destination: ImagePrefetcher.Destination = chance(50) ? .memoryCache : .diskCache
+        let batch = BatchPrefetch(id: batches.count, urls: chosen, maxConcurrent: Int.random(in: 1...2, using: &random))
+        log.append("batch#\(batch.id).start(\(chosen.map(name)), max \(batch.maxConcurrent), \(destination))")
+        if destination == .memoryCache { everMemoryPrefetched.formUnion(chosen) }
+        batches.append(batch)
+        let (pipeline, signal) = (self.pipeline, self.signal)
+        batch.task = Task {
+            let outcome = await pipeline.prefetch(chosen, maxConcurrent: batch.maxConcurrent, destination: destination)
+            batch.outcome = outcome
+            signal.ping()
+        }
+    }
+
+    /// URLs that running batch prefetches may hold downloads for.
+    private var batchURLs: Set<URL> {
+        Set(batches.filter { !$0.isCancelled && $0.outcome == nil }.flatMap(\.urls))
+    }
+
     private func pickPrefetcher() -> (ImagePrefetcher, String) {
-        chance(60) ? (memory, "memory") : (disk, "disk")
+        switch prefetcherUse {
+        case .memoryCache?: (memory, "memory")
+        case .diskCache?: (disk, "disk")
+        case nil: chance(60) ? (memory, "memory") : (disk, "disk")
+        }
     }
 
     private func startPrefetching() throws {
@@ -265,11 +355,12 @@ final class UIModelRun {
         let points: [Double] = [20, 50, 63, 64, 65, 100, 127, 128, 129, 199, 201, 300]
         let size = DisplaySize(width: pick(points), height: pick(points), scale: pick([1, 2, 3]))
         let shownBefore = model.phase.image != nil
-        log.append("m\(index).displaySize(\(size.width)x\(size.height)@\(size.scale)) success=\(shownBefore) holdsBytes=\(holdsBytes[index])")
+        let onDisk = model.request.map { pipeline.cache.containsData(for: $0) } ?? false
+        log.append("m\(index).displaySize(\(size.width)x\(size.height)@\(size.scale)) success=\(shownBefore) holdsBytes=\(holdsBytes[index]) onDisk=\(onDisk)")
         model.displaySize(size)
         // A size change after success re-decodes from the bytes held, with no download: it
         // finishes while the program delivers nothing.
-        if visible[index], holdsBytes[index], let url = model.request?.url {
+        if visible[index], holdsBytes[index] || (shownBefore && onDisk), let url = model.request?.url {
             let want = expectedSide(size, url)
             let before = loader.started(url)
             stats.sizeChangesAfterSuccess += 1
@@ -345,8 +436,21 @@ final class UIModelRun {
     }
 
     private func check() async throws {
-        for prefetcher in [memory, disk] where prefetcher.isIdle {
-            prefetching[prefetcher.destination] = []
+        for prefetcher in [memory, disk] {
+            let destination = prefetcher.destination
+            if !prefetcher.isIdle {
+                busySince[destination] = completions[destination]
+                continue
+            }
+            prefetching[destination] = []
+            // The completion signal: each time the last prefetch ends, finished or stopped.
+            if let mark = busySince[destination] {
+                let completions = self.completions
+                try await eventually("\(destination) prefetcher signals its completion") {
+                    completions[destination] > mark || !prefetcher.isIdle
+                }
+                busySince[destination] = nil
+            }
         }
         // One download per URL at a time: a second one for the same URL means work was not
         // shared (a stopped one's cancellation may still be on its way).
@@ -360,16 +464,19 @@ final class UIModelRun {
         try await eventually("downloads in flight are all needed") {
             loader.inFlight.allSatisfy { load in
                 visibleModelNeeds(load.url) || prefetching[.memoryCache]!.contains(load.url)
-                    || prefetching[.diskCache]!.contains(load.url)
+                    || prefetching[.diskCache]!.contains(load.url) || batchURLs.contains(load.url)
             }
         }
         // The prefetchers' downloads that nobody visible needs stay within their limits.
         let prefetchOnly = Set(loader.inFlight.map(\.url).filter { !visibleModelNeeds($0) })
-        if prefetchOnly.count > memory.maxConcurrentRequestCount + disk.maxConcurrentRequestCount {
+        var limit = batches.filter { !$0.isCancelled && $0.outcome == nil }.map(\.maxConcurrent).reduce(0, +)
+        if prefetcherUse != .diskCache { limit += memory.maxConcurrentRequestCount }
+        if prefetcherUse != .memoryCache { limit += disk.maxConcurrentRequestCount }
+        if prefetchOnly.count > limit {
             throw Violation(description: "prefetch-only downloads \(prefetchOnly.map(name)) above the limits")
         }
         // Only a memory-destination prefetch decodes at full size (models always have a size).
-        for (index, url) in urls.enumerated() where !everMemoryPrefetched.contains(url) {
+        for (index, url) in urls.enumerated() where !usesDefaultDecoder && !everMemoryPrefetched.contains(url) {
             if decoder.recorded.contains(where: { $0.index == index && $0.size == nil }) {
                 throw Violation(description: "\(name(url)) decoded at full size without a memory prefetch (a disk prefetch decoded?)")
             }
@@ -402,7 +509,8 @@ final class UIModelRun {
         while true {
             try await eventually("visible models and prefetchers finish or wait for a download") {
                 !loader.inFlight.filter({ loader.isParked($0.id) }).isEmpty
-                    || (memory.isIdle && disk.isIdle && models.indices.allSatisfy { !visible[$0] || !models[$0].isLoading })
+                    || (memory.isIdle && disk.isIdle && batchURLs.isEmpty
+                        && models.indices.allSatisfy { !visible[$0] || !models[$0].isLoading })
             }
             let loads = loader.inFlight.filter { loader.isParked($0.id) }
             if loads.isEmpty { break }
@@ -411,6 +519,25 @@ final class UIModelRun {
             try await check()
         }
         try await check()
+        for prefetcher in [memory, disk] {
+            let returned = Returned()
+            let signal = self.signal
+            Task {
+                await prefetcher.waitUntilIdle()
+                returned.value = true
+                signal.ping()
+            }
+            try await eventually("\(prefetcher.destination) waitUntilIdle returns") { returned.value }
+        }
+        for batch in batches {
+            try await eventually("batch#\(batch.id) returns") { batch.outcome != nil }
+            let outcome = batch.outcome!
+            if outcome.succeeded < 0 || outcome.failed < 0 || outcome.skipped < 0
+                || outcome.succeeded + outcome.failed + outcome.skipped != batch.urls.count
+                || outcome.succeeded + outcome.failed > Set(batch.urls).count {
+                throw Violation(description: "batch#\(batch.id) of \(batch.urls.count) ended \(outcome)")
+            }
+        }
         for (index, model) in models.enumerated() where visible[index] {
             guard let url = model.request?.url else { continue }
             if model.isLoading { throw Violation(description: "m\(index) still loading at the end") }
@@ -442,4 +569,37 @@ final class UIModelRun {
             return metrics.liveTasks == 0 && metrics.liveRequests == 0
         }
     }
+}
+
+/// A batch prefetch started by the program.
+@MainActor
+final class BatchPrefetch {
+    let id: Int
+    let urls: [URL]
+    let maxConcurrent: Int
+    var task: Task<Void, Never>?
+    var isCancelled = false
+    /// Set when `prefetch` returned.
+    var outcome: ImagePipeline.PrefetchOutcome?
+
+    init(id: Int, urls: [URL], maxConcurrent: Int) {
+        self.id = id
+        self.urls = urls
+        self.maxConcurrent = maxConcurrent
+    }
+}
+
+/// Whether an awaited call returned.
+@MainActor
+final class Returned {
+    var value = false
+}
+
+/// Counts `didComplete` calls per prefetcher destination.
+final class CompletionCounts: Sendable {
+    private let counts = Mutex<[ImagePrefetcher.Destination: Int]>([:])
+
+    func add(_ destination: ImagePrefetcher.Destination) { counts.withLock { $0[destination, default: 0] += 1 } }
+
+    subscript(destination: ImagePrefetcher.Destination) -> Int { counts.withLock { $0[destination, default: 0] } }
 }

@@ -39,8 +39,7 @@ final class ChangeSignal: Sendable {
 }
 
 /// A data loader whose every load waits until the test delivers it or fails it, one load at
-/// a time, in any order. Bytes encode the image's natural size and URL index, for
-/// ``NaturalSizeRecordingDecoder``.
+/// a time, in any order, and then serves the URL's body.
 final class GatedLoader: DataLoading {
     /// A load that has started and not ended.
     struct InFlight: Sendable {
@@ -61,12 +60,12 @@ final class GatedLoader: DataLoading {
 
     private let state = Mutex(State())
     private let signal: ChangeSignal
-    /// Natural size (longest side) and index per URL.
-    private let images: [URL: (natural: Int, index: Int)]
+    /// The body per URL.
+    private let bodies: [URL: Data]
 
-    init(signal: ChangeSignal, images: [URL: (natural: Int, index: Int)]) {
+    init(signal: ChangeSignal, bodies: [URL: Data]) {
         self.signal = signal
-        self.images = images
+        self.bodies = bodies
     }
 
     /// The loads in flight, oldest first.
@@ -153,8 +152,7 @@ final class GatedLoader: DataLoading {
         case .fail(let status):
             throw MockDataLoader.StatusError(statusCode: status)
         case .deliver:
-            let image = images[url] ?? (natural: 1, index: 255)
-            let data = Data([UInt8(image.natural >> 8), UInt8(image.natural & 0xFF), UInt8(image.index), 0x5A])
+            let data = bodies[url] ?? Data([0, 1, 255])
             let response = HTTPURLResponse(url: url, statusCode: 200, httpVersion: "HTTP/1.1",
                                            headerFields: ["Content-Length": String(data.count)])!
             try didReceive(data, response)
@@ -163,9 +161,23 @@ final class GatedLoader: DataLoading {
     }
 }
 
-/// Decodes ``GatedLoader``'s bytes as a square image of the encoded natural size, scaled down
-/// (never up) to the requested max pixel size; records every decode's URL index and size.
+/// Decodes bytes made by ``body(natural:index:)`` as a square image of the encoded natural
+/// size, scaled down (never up) to the requested max pixel size; records every decode's URL
+/// index and size.
 final class NaturalSizeRecordingDecoder: ImageDecoding {
+    /// Bytes naming a square image of `natural` pixels a side, for the URL at `index`.
+    static func body(natural: Int, index: Int) -> Data {
+        Data([UInt8(natural >> 8), UInt8(natural & 0xFF), UInt8(index), 0x5A])
+    }
+
+    /// PNG bytes of a square image of `natural` pixels a side, for the default decoder.
+    static func png(natural: Int, index: Int) -> Data {
+        let bitmap = Bitmap(width: natural, height: natural, format: .rgb8) { buffer in
+            for i in 0..<(natural * natural * 3) { buffer[i] = UInt8(truncatingIfNeeded: i / 3 &* 7 &+ index) }
+        }
+        return try! bitmap.encode(as: .png)
+    }
+
     /// Thrown for bytes too short to name a size.
     struct ShortData: Error {}
 
