@@ -205,6 +205,7 @@ final class UIModelRun {
     }
 
     private func cleanUp() {
+        decoder.isHolding = false
         memory.stopPrefetching()
         disk.stopPrefetching()
         models.forEach { $0.reset() }
@@ -314,6 +315,9 @@ final class UIModelRun {
             log.append("m\(index).priority = \(priority)")
             models[index].priority = priority
         case 76..<80: try await batchStep()
+        case 80..<84 where !usesDefaultDecoder:
+            decoder.isHolding.toggle()
+            log.append("decoder.isHolding = \(decoder.isHolding)")
         default: try await endALoad()
         }
     }
@@ -395,6 +399,10 @@ final class UIModelRun {
         // A size change after success re-decodes from the bytes held, with no download: it
         // finishes while the program delivers nothing.
         if visible[index], holdsBytes[index] || (shownBefore && onDisk), let url = model.request?.url {
+            if decoder.isHolding {
+                decoder.isHolding = false
+                log.append("decoder.isHolding = false")
+            }
             let want = expectedSide(size, url)
             let before = loader.started(url)
             stats.sizeChangesAfterSuccess += 1
@@ -542,7 +550,8 @@ final class UIModelRun {
 
     /// Delivers every remaining load, then checks the end state.
     private func finish() async throws {
-        log.append("-- finish: unpause, deliver everything")
+        log.append("-- finish: unpause, release decodes, deliver everything")
+        decoder.isHolding = false
         memory.isPaused = false
         disk.isPaused = false
         while true {

@@ -164,7 +164,7 @@ final class GatedLoader: DataLoading {
 /// Decodes bytes made by ``body(natural:index:)`` as a square image of the encoded natural
 /// size, scaled down (never up) to the requested max pixel size; records every decode's URL
 /// index and size.
-final class NaturalSizeRecordingDecoder: ImageDecoding {
+final class NaturalSizeRecordingDecoder: ImageDecoding, @unchecked Sendable { // NSCondition guards the gate
     /// Bytes naming a square image of `natural` pixels a side, for the URL at `index`.
     static func body(natural: Int, index: Int) -> Data {
         Data([UInt8(natural >> 8), UInt8(natural & 0xFF), UInt8(index), 0x5A])
@@ -186,7 +186,25 @@ final class NaturalSizeRecordingDecoder: ImageDecoding {
     /// Every decode so far: the URL index from the bytes and the requested size.
     var recorded: [(index: Int, size: DecodeSize?)] { decodes.withLock { $0 } }
 
+    /// Held decodes wait on this (on their worker thread) until ``isHolding`` is cleared.
+    private let gate = NSCondition()
+    private let holding = Mutex(false)
+
+    /// While `true`, decodes wait before they start; clearing it lets them all go.
+    var isHolding: Bool {
+        get { holding.withLock { $0 } }
+        set {
+            gate.lock()
+            holding.withLock { $0 = newValue }
+            gate.broadcast()
+            gate.unlock()
+        }
+    }
+
     func decode(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer {
+        gate.lock()
+        while holding.withLock({ $0 }) { gate.wait() }
+        gate.unlock()
         guard data.count >= 3 else { throw ShortData() }
         let bytes = [UInt8](data)
         let natural = Int(bytes[0]) << 8 | Int(bytes[1])
