@@ -64,16 +64,21 @@ final class UIModelRun {
         var shared = 0
         /// Loads of a URL whose full-size image a prefetch left in memory.
         var shownFromPrefetch = 0
+        /// Visible loads checked to raise a queued download's priority.
+        var priorityJoinsChecked = 0
+        /// Checks that queued downloads fell back to the priority still asked for.
+        var priorityFallbacksChecked = 0
 
         mutating func add(_ other: Stats) {
             steps += other.steps; delivered += other.delivered; failed += other.failed
             cancelled += other.cancelled; successes += other.successes
             sizeChangesAfterSuccess += other.sizeChangesAfterSuccess; shared += other.shared
             shownFromPrefetch += other.shownFromPrefetch
+            priorityJoinsChecked += other.priorityJoinsChecked; priorityFallbacksChecked += other.priorityFallbacksChecked
         }
 
         var description: String {
-            "\(steps) steps, \(delivered) loads delivered, \(failed) failed, \(cancelled) cancelled, \(successes) models in success at the end, \(sizeChangesAfterSuccess) size changes after success checked, \(shared) deliveries shared by a prefetch and a visible model, \(shownFromPrefetch) loads shown from a prefetched image"
+            "\(steps) steps, \(delivered) loads delivered, \(failed) failed, \(cancelled) cancelled, \(successes) models in success at the end, \(sizeChangesAfterSuccess) size changes after success checked, \(shared) deliveries shared by a prefetch and a visible model, \(shownFromPrefetch) loads shown from a prefetched image, \(priorityJoinsChecked) priority raises and \(priorityFallbacksChecked) fallbacks checked"
         }
     }
 
@@ -93,6 +98,8 @@ final class UIModelRun {
     private let usesDefaultDecoder: Bool
     /// The disk cache, in some seeds.
     private let dataCache: DataCache?
+    /// The data-loading queue, when a seed narrows it to one download at a time.
+    private let narrowQueue: WorkQueue?
     /// The only prefetcher the program uses, in some seeds (so that its limit is exact).
     private let prefetcherUse: ImagePrefetcher.Destination?
     /// Whether the program uses prefetchers at all (without them, every download in flight
@@ -145,6 +152,15 @@ final class UIModelRun {
         if !usesDefaultDecoder { configuration.decoder = decoder }
         dataCache = directory.map { DataCache(name: "uimodel", directory: $0) }
         configuration.dataCache = dataCache
+        // Some seeds let one download run at a time, so that the others wait in the queue
+        // where their priorities can be seen.
+        if Int.random(in: 0..<100, using: &random) < 30 {
+            let queue = WorkQueue(name: "model.data", maxConcurrentCount: 1, execution: .tasks)
+            configuration.dataLoadingQueue = queue
+            narrowQueue = queue
+        } else {
+            narrowQueue = nil
+        }
         configuration.decodingQueue = WorkQueue(name: "model.decode", maxConcurrentCount: 2, execution: .threads)
         configuration.processingQueue = WorkQueue(name: "model.process", maxConcurrentCount: 2, execution: .threads)
         pipeline = ImagePipeline(configuration: configuration)
@@ -165,7 +181,7 @@ final class UIModelRun {
         let completions = self.completions
         memory.didComplete = { completions.add(.memoryCache); signal.ping() }
         disk.didComplete = { completions.add(.diskCache); signal.ping() }
-        log.append("urls naturals: \(urls.map { naturals[$0]! }), default decoder \(usesDefaultDecoder), disk cache \(dataCache != nil), prefetchers \(usesPrefetchers ? String(describing: prefetcherUse ?? .memoryCache) + (prefetcherUse == nil ? "+disk" : "") : "none"), memory max \(memory.maxConcurrentRequestCount), disk max \(disk.maxConcurrentRequestCount), models \(modelCount)")
+        log.append("urls naturals: \(urls.map { naturals[$0]! }), default decoder \(usesDefaultDecoder), disk cache \(dataCache != nil), narrow queue \(narrowQueue != nil), prefetchers \(usesPrefetchers ? String(describing: prefetcherUse ?? .memoryCache) + (prefetcherUse == nil ? "+disk" : "") : "none"), memory max \(memory.maxConcurrentRequestCount), disk max \(disk.maxConcurrentRequestCount), models \(modelCount)")
     }
 
     /// Runs the program; returns the first violation, or `nil`.
@@ -269,6 +285,7 @@ final class UIModelRun {
             log.append("m\(index).load(\(name(url))) fullSizeInMemory=\(inMemory)")
             holdsBytes[index] = false
             models[index].load(ImageRequest(url: url))
+            try checkJoinRaisesPriority(index)
             // A prefetched image is downloaded once: with the default decoder, a model shows it
             // (at any size) from the full-size image in memory, fetching nothing.
             if usesDefaultDecoder, inMemory, visible[index] {
@@ -307,6 +324,7 @@ final class UIModelRun {
                 log.append("m\(index).url = \(name(url))")
                 if models[index].request?.url != url { holdsBytes[index] = false }
                 models[index].url = url
+                try checkJoinRaisesPriority(index)
             }
         case 74..<76:
             let index = Int.random(in: 0..<models.count, using: &random)
@@ -342,6 +360,24 @@ final class UIModelRun {
             let outcome = await pipeline.prefetch(chosen, maxConcurrent: batch.maxConcurrent, destination: destination)
             batch.outcome = outcome
             signal.ping()
+        }
+    }
+
+    /// A visible model that starts fetching a URL whose download waits in the queue raises
+    /// that download's priority at once (to at least its own).
+    private func checkJoinRaisesPriority(_ index: Int) throws {
+        let model = models[index]
+        guard let queue = narrowQueue, !usesDefaultDecoder, dataCache == nil, visible[index], model.isLoading,
+              let url = model.request?.url, !loader.inFlight.contains(where: { $0.url == url })
+        else { return }
+        // Only when the queue's one slot is taken by a download parked in the loader: then the
+        // model's download is certainly waiting in the queue.
+        let parked = loader.inFlight.filter { loader.isParked($0.id) }.count
+        guard queue.runningCount >= queue.maxConcurrentCount, parked >= queue.runningCount else { return }
+        let pending = queue.pendingPriorities
+        stats.priorityJoinsChecked += 1
+        if (pending.max() ?? .veryLow) < model.priority {
+            throw Violation(description: "m\(index) (\(model.priority)) joined \(name(url)) but the queue waits at \(pending)")
         }
     }
 
@@ -518,6 +554,19 @@ final class UIModelRun {
         if prefetcherUse != .memoryCache { limit += disk.maxConcurrentRequestCount }
         try await eventually("prefetch-only downloads within the limit \(limit)") {
             Set(loader.inFlight.map(\.url).filter { !visibleModelNeeds($0) }).count <= limit
+        }
+        // Priority belongs to the group: no queued download waits above every priority still
+        // asked for (a hidden model's raise falls back).
+        if let queue = narrowQueue {
+            var asked: [ImageRequest.Priority] = models.indices.filter { visible[$0] && models[$0].isLoading }.map { models[$0].priority }
+            if !memory.isIdle { asked.append(memory.priority) }
+            if !disk.isIdle { asked.append(disk.priority) }
+            if !batchURLs.isEmpty { asked.append(.low) }
+            let ceiling = asked.max() ?? .veryLow
+            if !queue.pendingPriorities.isEmpty { stats.priorityFallbacksChecked += 1 }
+            try await eventually("queued downloads at most \(ceiling)") {
+                (queue.pendingPriorities.max() ?? .veryLow) <= ceiling
+            }
         }
         // Only a memory-destination prefetch decodes at full size (models always have a size).
         for (index, url) in urls.enumerated() where !usesDefaultDecoder && !everMemoryPrefetched.contains(url) {
