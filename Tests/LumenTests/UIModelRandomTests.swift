@@ -368,13 +368,18 @@ final class UIModelRun {
     private func checkJoinRaisesPriority(_ index: Int) throws {
         let model = models[index]
         guard let queue = narrowQueue, !usesDefaultDecoder, dataCache == nil, visible[index], model.isLoading,
-              let url = model.request?.url, !loader.inFlight.contains(where: { $0.url == url })
+              let url = model.request?.url
         else { return }
-        // Only when the queue's one slot is taken by a download parked in the loader: then the
-        // model's download is certainly waiting in the queue.
-        let parked = loader.inFlight.filter { loader.isParked($0.id) }.count
-        guard queue.runningCount >= queue.maxConcurrentCount, parked >= queue.runningCount else { return }
+        // Only when the queue's one slot is held by a download of another URL parked in the
+        // loader, the same one before and after reading the queue: then the model's download
+        // is certainly waiting in the queue.
+        let parkedBefore = loader.inFlight.filter { loader.isParked($0.id) }.map(\.id)
+        let running = queue.runningCount
         let pending = queue.pendingPriorities
+        let after = loader.inFlight.filter { loader.isParked($0.id) }
+        guard after.map(\.id) == parkedBefore, !after.contains(where: { $0.url == url }),
+              running >= queue.maxConcurrentCount, after.count >= running
+        else { return }
         stats.priorityJoinsChecked += 1
         if (pending.max() ?? .veryLow) < model.priority {
             throw Violation(description: "m\(index) (\(model.priority)) joined \(name(url)) but the queue waits at \(pending)")
