@@ -322,9 +322,11 @@ final class UIModelRun {
             } else {
                 let url = pick(urls)
                 log.append("m\(index).url = \(name(url))")
-                if models[index].request?.url != url { holdsBytes[index] = false }
+                let changes = models[index].request?.url != url
+                if changes { holdsBytes[index] = false }
                 models[index].url = url
-                try checkJoinRaisesPriority(index)
+                // (The same URL changes nothing: the model may be decoding, not fetching.)
+                if changes { try checkJoinRaisesPriority(index) }
             }
         case 74..<76:
             let index = Int.random(in: 0..<models.count, using: &random)
