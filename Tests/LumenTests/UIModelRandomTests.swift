@@ -497,9 +497,19 @@ final class UIModelRun {
             observeModels()
             if condition() { return }
             wakeUps += 1
-            if wakeUps > 800 { throw Violation(description: "never: \(what)") }
+            if wakeUps > 800 { throw Violation(description: "never: \(what)\n" + stateDump()) }
             await signal.wait(after: version)
         }
+    }
+
+    /// The models', loader's and prefetchers' state, for a failure report.
+    private func stateDump() -> String {
+        var lines = models.enumerated().map { index, model in
+            "  m\(index): \(model.request?.url.map(name) ?? "-") visible \(visible[index]) loading \(model.isLoading) \(snapshot(model)) size \(model.currentDisplaySize.map { "\($0.width)x\($0.height)@\($0.scale)" } ?? "-") natural \(model.naturalMaxPixelSize.map(String.init) ?? "-") cacheType \(String(describing: model.response?.cacheType))"
+        }
+        lines.append("  in flight: \(loader.inFlight.map { "#\($0.id) \(name($0.url))\(loader.isParked($0.id) ? "" : " (not parked)")" })")
+        lines.append("  memory idle \(memory.isIdle) paused \(memory.isPaused); disk idle \(disk.isIdle) paused \(disk.isPaused); decoder holding \(decoder.isHolding)")
+        return "state:\n" + lines.joined(separator: "\n")
     }
 
     /// Pings the signal when any model's observable state changes.
@@ -706,4 +716,42 @@ final class CompletionCounts: Sendable {
     func add(_ destination: ImagePrefetcher.Destination) { counts.withLock { $0[destination, default: 0] += 1 } }
 
     subscript(destination: ImagePrefetcher.Destination) -> Int { counts.withLock { $0[destination, default: 0] } }
+}
+
+/// Defects the randomized programs found, each pinned down by a focused test.
+@MainActor
+@Suite(.timeLimit(.minutes(1)))
+struct UIModelRegressionTests {
+    /// Seed 1079: with a custom decoder the pipeline cannot resample a shown image, so a model
+    /// that showed an image from memory and then shrank made the smaller size by a plain image
+    /// task — a download whose bytes the model never held — and the next size change
+    /// downloaded the image once more.
+    @Test func aSizeChangeAfterASuccessMadeFromADownloadDoesNotDownloadAgain() async throws {
+        let url = URL(string: "https://model.test/regression/a.jpg")!
+        let loader = MockDataLoader()
+        loader.serve(NaturalSizeRecordingDecoder.body(natural: 200, index: 0), for: url)
+        var configuration = ImagePipeline.Configuration(dataLoader: loader)
+        configuration.decoder = NaturalSizeRecordingDecoder()
+        let pipeline = ImagePipeline(configuration: configuration)
+
+        let first = FetchImage(pipeline: pipeline)
+        first.load(ImageRequest(url: url))
+        first.displaySize(width: 300, height: 300) // the 320 bucket; the image is 200 px
+        await waitUntil(first) { $0.phase.image != nil }
+        #expect(loader.loadCount == 1)
+
+        let second = FetchImage(pipeline: pipeline)
+        second.displaySize(width: 300, height: 300)
+        second.load(ImageRequest(url: url)) // the size is known: shown from memory, no bytes
+        await waitUntil(second) { $0.phase.image != nil && !$0.isLoading }
+        #expect(loader.loadCount == 1)
+
+        second.displaySize(width: 100, height: 100) // 128: needs the bytes (no disk cache)
+        await waitUntil(second) { $0.phase.image?.width == 128 && !$0.isLoading }
+        #expect(loader.loadCount == 2)
+
+        second.displaySize(width: 150, height: 150) // 192: from the bytes that download brought
+        await waitUntil(second) { $0.phase.image?.width == 192 && !$0.isLoading }
+        #expect(loader.loadCount == 2)
+    }
 }
