@@ -64,6 +64,8 @@ final class UIModelRun {
         var shared = 0
         /// Loads of a URL whose full-size image a prefetch left in memory.
         var shownFromPrefetch = 0
+        /// Visible models that ended failing to decode a corrupt image.
+        var decodeFailures = 0
         /// Visible loads checked to raise a queued download's priority.
         var priorityJoinsChecked = 0
         /// Checks that queued downloads fell back to the priority still asked for.
@@ -73,12 +75,12 @@ final class UIModelRun {
             steps += other.steps; delivered += other.delivered; failed += other.failed
             cancelled += other.cancelled; successes += other.successes
             sizeChangesAfterSuccess += other.sizeChangesAfterSuccess; shared += other.shared
-            shownFromPrefetch += other.shownFromPrefetch
+            shownFromPrefetch += other.shownFromPrefetch; decodeFailures += other.decodeFailures
             priorityJoinsChecked += other.priorityJoinsChecked; priorityFallbacksChecked += other.priorityFallbacksChecked
         }
 
         var description: String {
-            "\(steps) steps, \(delivered) loads delivered, \(failed) failed, \(cancelled) cancelled, \(successes) models in success at the end, \(sizeChangesAfterSuccess) size changes after success checked, \(shared) deliveries shared by a prefetch and a visible model, \(shownFromPrefetch) loads shown from a prefetched image, \(priorityJoinsChecked) priority raises and \(priorityFallbacksChecked) fallbacks checked"
+            "\(steps) steps, \(delivered) loads delivered, \(failed) failed, \(cancelled) cancelled, \(successes) models in success at the end, \(sizeChangesAfterSuccess) size changes after success checked, \(shared) deliveries shared by a prefetch and a visible model, \(shownFromPrefetch) loads shown from a prefetched image, \(decodeFailures) decode failures, \(priorityJoinsChecked) priority raises and \(priorityFallbacksChecked) fallbacks checked"
         }
     }
 
@@ -91,6 +93,8 @@ final class UIModelRun {
     private let signal = ChangeSignal()
     private let urls: [URL]
     private let naturals: [URL: Int]
+    /// The URL whose bytes no decoder accepts, in some seeds.
+    private let corrupt: URL?
     private let loader: GatedLoader
     private let decoder = NaturalSizeRecordingDecoder()
     /// Whether the pipeline decodes real PNGs with its default decoder (which also makes
@@ -146,6 +150,13 @@ final class UIModelRun {
                 ? NaturalSizeRecordingDecoder.png(natural: natural, index: index)
                 : NaturalSizeRecordingDecoder.body(natural: natural, index: index)
         }
+        // Some seeds serve one URL's bytes corrupt: every decode of it fails.
+        if Int.random(in: 0..<100, using: &random) < 15, let url = urls.last {
+            bodies[url] = Data([0x42])
+            corrupt = url
+        } else {
+            corrupt = nil
+        }
         self.naturals = naturals
         loader = GatedLoader(signal: signal, bodies: bodies)
         var configuration = ImagePipeline.Configuration(dataLoader: loader)
@@ -181,7 +192,7 @@ final class UIModelRun {
         let completions = self.completions
         memory.didComplete = { completions.add(.memoryCache); signal.ping() }
         disk.didComplete = { completions.add(.diskCache); signal.ping() }
-        log.append("urls naturals: \(urls.map { naturals[$0]! }), default decoder \(usesDefaultDecoder), disk cache \(dataCache != nil), narrow queue \(narrowQueue != nil), prefetchers \(usesPrefetchers ? String(describing: prefetcherUse ?? .memoryCache) + (prefetcherUse == nil ? "+disk" : "") : "none"), memory max \(memory.maxConcurrentRequestCount), disk max \(disk.maxConcurrentRequestCount), models \(modelCount)")
+        log.append("urls naturals: \(urls.map { naturals[$0]! }), default decoder \(usesDefaultDecoder), disk cache \(dataCache != nil), corrupt \(corrupt.map { _ in "u\(urls.count - 1)" } ?? "none"), narrow queue \(narrowQueue != nil), prefetchers \(usesPrefetchers ? String(describing: prefetcherUse ?? .memoryCache) + (prefetcherUse == nil ? "+disk" : "") : "none"), memory max \(memory.maxConcurrentRequestCount), disk max \(disk.maxConcurrentRequestCount), models \(modelCount)")
     }
 
     /// Runs the program; returns the first violation, or `nil`.
@@ -609,10 +620,17 @@ final class UIModelRun {
     private func checkPhase(_ index: Int) throws {
         let model = models[index]
         guard let url = model.request?.url else { return }
+        if model.phase.image != nil, url == corrupt, model.response?.request.thumbnail != nil {
+            throw Violation(description: "m\(index) shows an image of corrupt \(name(url))")
+        }
         if let image = model.phase.image, image.width > naturals[url]! {
             throw Violation(description: "m\(index) shows \(image.width) px, above the natural \(naturals[url]!)")
         }
-        if let error = model.phase.error {
+        if let error = model.phase.error, error.code == .decodingFailed {
+            guard url == corrupt else {
+                throw Violation(description: "m\(index) failed to decode \(name(url)), whose bytes are fine: \(error)")
+            }
+        } else if let error = model.phase.error {
             guard error.code == .dataLoadingFailed, let status = error.statusCode, injected[url, default: []].contains(status) else {
                 throw Violation(description: "m\(index) failed with \(error), not an injected failure of \(name(url))")
             }
@@ -660,8 +678,12 @@ final class UIModelRun {
         for (index, model) in models.enumerated() where visible[index] {
             guard let url = model.request?.url else { continue }
             if model.isLoading { throw Violation(description: "m\(index) still loading at the end") }
-            if model.phase.error != nil { continue } // checked: an injected failure
+            if let error = model.phase.error { // checked: an injected failure
+                if error.code == .decodingFailed { stats.decodeFailures += 1 }
+                continue
+            }
             guard let size = model.currentDisplaySize else { continue }
+            if url == corrupt { throw Violation(description: "m\(index) shown at a size ends without failing to decode corrupt \(name(url))") }
             let want = expectedSide(size, url)
             guard let image = model.phase.image else {
                 throw Violation(description: "m\(index) shown at \(size) with its bytes known ends empty")
