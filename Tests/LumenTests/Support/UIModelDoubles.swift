@@ -63,6 +63,7 @@ final class GatedLoader: DataLoading {
     /// The body per URL.
     private let bodies: [URL: Data]
 
+    /// Creates a loader serving `bodies` and pinging `signal` on every change.
     init(signal: ChangeSignal, bodies: [URL: Data]) {
         self.signal = signal
         self.bodies = bodies
@@ -112,6 +113,8 @@ final class GatedLoader: DataLoading {
         signal.ping()
     }
 
+    /// Records the load, waits at its gate until delivered, failed or cancelled, then serves
+    /// the URL's body in one chunk (or throws the status error, or `CancellationError`).
     func loadData(for request: URLRequest, didReceive: @Sendable (Data, URLResponse) throws -> Void) async throws -> URLResponse {
         let url = request.url!
         let id = state.withLock { state in
@@ -201,6 +204,8 @@ final class NaturalSizeRecordingDecoder: ImageDecoding, @unchecked Sendable { //
         }
     }
 
+    /// Waits while held, then decodes (see the type's summary).
+    /// - Throws: ``ShortData`` for bytes that name no size.
     func decode(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer {
         gate.lock()
         while holding.withLock({ $0 }) { gate.wait() }
@@ -223,7 +228,9 @@ final class NaturalSizeRecordingDecoder: ImageDecoding, @unchecked Sendable { //
 /// A small deterministic PRNG (SplitMix64), so that a seed replays the same program.
 struct SeededGenerator: RandomNumberGenerator {
     private var state: UInt64
+    /// Creates the generator for `seed`.
     init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
+    /// The next 64 random bits.
     mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
