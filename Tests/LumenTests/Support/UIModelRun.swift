@@ -164,8 +164,8 @@ final class UIModelRun {
     func execute() async -> Violation? {
         let signal = self.signal
         let ticker = Task.detached {
-            // A fallback wake-up for conditions nothing pings (pipeline metrics); the oracle's
-            // deadlines count these ticks, never wall time, to decide that something is stuck.
+            // A fallback wake-up for conditions nothing pings (pipeline metrics, queue
+            // priorities) and for the oracle's deadlines; nothing waits on time otherwise.
             while !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(5))
                 signal.ping()
@@ -470,15 +470,14 @@ final class UIModelRun {
     // MARK: - Oracle
 
     /// Waits until `condition` holds, re-checking on every change; a condition still false
-    /// after many wake-ups (about two seconds of ticks) is a violation.
+    /// after ten seconds (what holds does so within milliseconds) is a violation.
     private func eventually(_ what: String, _ condition: () -> Bool) async throws {
-        var wakeUps = 0
+        let deadline = ContinuousClock.now + .seconds(10)
         while true {
             let version = signal.version
             observeModels()
             if condition() { return }
-            wakeUps += 1
-            if wakeUps > 800 { throw Violation(description: "never: \(what)\n" + stateDump()) }
+            if ContinuousClock.now > deadline { throw Violation(description: "never: \(what)\n" + stateDump()) }
             await signal.wait(after: version)
         }
     }
