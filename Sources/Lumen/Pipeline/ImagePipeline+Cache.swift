@@ -8,6 +8,13 @@ extension ImagePipeline {
         graph.resamplableFullSizeImage(for: request)
     }
 
+    /// Whether a request's ``ImageRequest/derivationSource`` set to `container` is honoured:
+    /// the pipeline makes the decode by resampling it (default decoder, final still image)
+    /// rather than by fetching and decoding.
+    func canResample(_ container: ImageContainer) -> Bool {
+        graph.isResamplable(container)
+    }
+
     /// The pipeline's cache layers (decoded images in memory, bytes on disk), looked up and
     /// managed by request, with the same keys the pipeline's stages use.
     ///

@@ -231,7 +231,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     /// Whether a decode at a size may be made from `container` by resampling: with the default
     /// decoder, from a final still image. An entry that keeps its encoded bytes (stored by
     /// hand: the default decoder keeps none) is no still image to resample.
-    private func isResamplable(_ container: ImageContainer) -> Bool {
+    func isResamplable(_ container: ImageContainer) -> Bool {
         decoderIsDefault && !container.isPreview && container.data == nil
     }
 

@@ -231,10 +231,13 @@ public final class FetchImage {
     }
 
     /// The image shown, when a decode at `size` can be made from it: an unprocessed image at
-    /// least as large as a `.maxPixelSize` bucket.
+    /// least as large as a `.maxPixelSize` bucket, that the pipeline resamples. With a custom
+    /// decoder it would not (the request would download and decode the image without the model
+    /// keeping the bytes, so the next size change would download it again): then `nil`, and
+    /// the model fetches the bytes itself.
     private func shownImage(covering size: DecodeSize) -> ImageContainer? {
         guard request?.processors.isEmpty == true, let response, case .maxPixelSize(let asked) = size,
-              max(response.image.width, response.image.height) >= asked
+              max(response.image.width, response.image.height) >= asked, pipeline.canResample(response.container)
         else { return nil }
         return response.container
     }
