@@ -256,6 +256,11 @@ public final class WorkQueue: Sendable {
         }
     }
 
+    /// The priority `item` has in this queue (the last one ``setPriority(_:_:)`` gave it).
+    func priority(of item: Item) -> ImageRequest.Priority {
+        state.withLock { _ in item.priority }
+    }
+
     /// Removes a pending item (it never runs); cancels the task of a running async item and the
     /// cancellation a running item was enqueued with.
     func cancel(_ item: Item) {

@@ -92,7 +92,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     @exclusivity(unchecked) private var subscribers = Slots()
     /// Slots cleared by subscribers that left, for reuse.
     @exclusivity(unchecked) private var freeSlots: [Int] = []
-    @exclusivity(unchecked) private var subscriberCount = 0
+    @exclusivity(unchecked) private(set) var subscriberCount = 0
     @exclusivity(unchecked) private var nextID = 0
     /// Live subscribers per priority level (inline: no array allocated per task).
     @exclusivity(unchecked) private var priorityCounts = InlineArray<5, Int>(repeating: 0)

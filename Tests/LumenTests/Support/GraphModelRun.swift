@@ -1,0 +1,497 @@
+import Foundation
+import Synchronization
+@testable import Lumen
+
+// One seed of the model-based test of the work graph (GraphModelTests.swift): a random program
+// of operations run against a pipeline and against ``GraphModel`` side by side. After each
+// operation the test waits — polling counts, never sleeping — until the pipeline has reached
+// the state the model predicts (every held call waiting again), then compares everything it
+// can see.
+
+/// A seed's run failed: what went wrong, with the operations that led there.
+struct GraphModelFailure: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// What the observers of one task saw.
+struct TaskObservation: Sendable {
+    enum Outcome: Sendable {
+        case response(ImageResponse)
+        case error(ImagePipeline.Error)
+        case foreignError(String)
+    }
+
+    var outcome: Outcome?
+    /// How many times an awaited `response` returned.
+    var responses = 0
+    var events: [ImageTask.Event] = []
+    var isStreamFinished = false
+}
+
+/// The observations of every task of a run, written by observer Swift tasks.
+final class TaskObservations: Sendable {
+    private let state = Mutex<[Int: TaskObservation]>([:])
+
+    subscript(task: Int) -> TaskObservation { state.withLock { $0[task] ?? TaskObservation() } }
+
+    /// Awaits `task`'s response and reads its event stream, recording both under `index`.
+    func observe(_ task: ImageTask, as index: Int) {
+        let events = task.events
+        Task {
+            for await event in events { state.withLock { $0[index, default: .init()].events.append(event) } }
+            state.withLock { $0[index, default: .init()].isStreamFinished = true }
+        }
+        Task {
+            let outcome: TaskObservation.Outcome
+            do {
+                outcome = .response(try await task.response)
+            } catch let error as ImagePipeline.Error {
+                outcome = .error(error)
+            } catch {
+                outcome = .foreignError("\(error)")
+            }
+            state.withLock {
+                $0[index, default: .init()].outcome = outcome
+                $0[index, default: .init()].responses += 1
+            }
+        }
+    }
+}
+
+/// The queues every run uses (shared, so that worker threads are not created per seed; each
+/// run leaves them idle).
+enum GraphModelQueues {
+    static let data = WorkQueue(name: "model.data", maxConcurrentCount: 6, execution: .tasks)
+    static let decode = WorkQueue(name: "model.decode", maxConcurrentCount: 64, execution: .threads)
+    static let process = WorkQueue(name: "model.process", maxConcurrentCount: 64, execution: .threads)
+}
+
+/// One seed: a pipeline, the model, the program and its log.
+final class GraphModelRun {
+    static let sizes = [0, 4, 8]
+    static let chains: [[String]] = [[], ["a"], ["a", "b"], ["a", "c"], ["b"], ["a", "b", "c"]]
+
+    let seed: UInt64
+    private var rng: SplitMix64
+    private(set) var model: GraphModel
+    let calls = HeldCalls()
+    let pipeline: ImagePipeline
+    private let processors: [String: HeldProcessor]
+    private let urlCount: Int
+    private var tasks: [ImageTask] = []
+    private let observations = TaskObservations()
+    private(set) var log: [String] = []
+    /// Relative weights of the kinds of operation, drawn per seed.
+    private var weights: [String: Int] = [:]
+
+    init(seed: UInt64) {
+        self.seed = seed
+        var rng = SplitMix64(seed: seed)
+        let memory = Bool.random(using: &rng)
+        let limit = [1, 2, 6].randomElement(using: &rng)!
+        urlCount = Int.random(in: 2...3, using: &rng)
+        // Kind, scale: successes outweigh failures, so that work reaches the upper stages.
+        let kinds = [("start", 3), ("join", 2), ("repeat", 2), ("retry", 1), ("cancel", 2), ("priority", 2), ("chunk", 1),
+                     ("load", 3), ("decode", 3), ("process", 3), ("orphan", 2), ("fail", 1)]
+        for (kind, scale) in kinds { weights[kind] = scale * Int.random(in: 1...4, using: &rng) }
+        self.rng = rng
+        model = GraphModel(isMemoryCacheEnabled: memory, downloadLimit: limit)
+        var processors: [String: HeldProcessor] = [:]
+        for name in ["a", "b", "c"] { processors[name] = HeldProcessor(name: name, calls: calls) }
+        self.processors = processors
+        GraphModelQueues.data.maxConcurrentCount = limit
+        var configuration = ImagePipeline.Configuration(dataLoader: HeldLoader(calls: calls))
+        configuration.decoder = HeldDecoder(calls: calls)
+        configuration.imageCache = memory ? ImageCache() : nil
+        configuration.dataLoadingQueue = GraphModelQueues.data
+        configuration.decodingQueue = GraphModelQueues.decode
+        configuration.processingQueue = GraphModelQueues.process
+        pipeline = ImagePipeline(configuration: configuration)
+        log.append("seed \(seed): memory cache \(memory ? "on" : "off"), download limit \(limit), \(urlCount) URLs")
+    }
+
+    // MARK: - The program
+
+    /// Runs `steps` random operations, then ends every task and checks that the graph is empty.
+    func run(steps: Int) async throws {
+        for _ in 0..<steps { try await step(draining: false) }
+        var guardCount = 0
+        while model.tasks.contains(where: \.isRunning) || !model.calls.filter({ $0.state == .waiting }).isEmpty {
+            guardCount += 1
+            if guardCount > 500 { throw failure("the drain does not end") }
+            try await step(draining: true)
+        }
+        try await checkEmpty()
+    }
+
+    /// Picks an operation the model allows, applies it to both, and compares.
+    private func step(draining: Bool) async throws {
+        var candidates: [(weight: Int, op: () async throws -> Void)] = []
+        func add(_ kind: String, _ op: @escaping () async throws -> Void) {
+            let weight = draining ? (["load", "decode", "process", "orphan"].contains(kind) ? 4 : kind == "cancel" || kind == "fail" ? 1 : 0) : weights[kind]!
+            if weight > 0 { candidates.append((weight, op)) }
+        }
+        let running = model.tasks.indices.filter { model.tasks[$0].isRunning }
+        add("start") { [self] in try await start(randomRequest(), why: "new") }
+        if !model.pool.isEmpty {
+            add("join") { [self] in
+                let key = model.pool.keys.sorted().randomElement(using: &rng)!
+                var request = randomRequest()
+                request.url = key.url
+                if let size = key.size { request.size = size; request.chain = key.chain }
+                try await start(request, why: "join \(key)")
+            }
+        }
+        let succeeded = model.tasks.filter { if case .succeeded = $0.state { true } else { false } }
+        if !succeeded.isEmpty { add("repeat") { [self] in try await start(succeeded.randomElement(using: &rng)!.request, why: "repeat") } }
+        let failed = model.tasks.filter { if case .failed = $0.state { true } else { false } }
+        if !failed.isEmpty { add("retry") { [self] in try await start(failed.randomElement(using: &rng)!.request, why: "after failure") } }
+        if !running.isEmpty {
+            add("cancel") { [self] in try await cancel(running.randomElement(using: &rng)!) }
+            add("priority") { [self] in
+                try await setPriority(running.randomElement(using: &rng)!, ImageRequest.Priority.allCases.randomElement(using: &rng)!)
+            }
+        }
+        if !model.tasks.isEmpty && !draining {
+            candidates.append((1, { [self] in try await cancel(Int.random(in: 0..<model.tasks.count, using: &rng)) }))
+        }
+        for index in model.heldCalls(.fetch) {
+            if model.calls[index].delivered < GraphUniverse.body(0).count - 1 {
+                add("chunk") { [self] in try await command(index, .chunk(Int.random(in: 1...2, using: &rng))) }
+            }
+            add("load") { [self] in try await command(index, .succeed) }
+            add("fail") { [self] in try await command(index, .fail) }
+        }
+        for index in model.heldCalls(.decode) {
+            add("decode") { [self] in try await command(index, .succeed) }
+            add("fail") { [self] in try await command(index, .fail) }
+        }
+        for index in model.heldCalls(.process) {
+            let kind = model.isOrphan(index) ? "orphan" : "process"
+            add(kind) { [self] in try await command(index, .succeed) }
+            add(kind == "orphan" ? "orphan" : "fail") { [self] in try await command(index, .fail) }
+        }
+        let total = candidates.reduce(0) { $0 + $1.weight }
+        guard total > 0 else { throw failure("no operation is possible, yet tasks are running") }
+        var pick = Int.random(in: 0..<total, using: &rng)
+        for candidate in candidates {
+            if pick < candidate.weight {
+                try await candidate.op()
+                return
+            }
+            pick -= candidate.weight
+        }
+    }
+
+    private func randomRequest() -> ModelRequest {
+        ModelRequest(
+            url: Int.random(in: 0..<urlCount, using: &rng), size: Self.sizes.randomElement(using: &rng)!,
+            chain: Self.chains.randomElement(using: &rng)!, priority: ImageRequest.Priority.allCases.randomElement(using: &rng)!)
+    }
+
+    /// The pipeline's request for `key` (a decode or processing key; the fetch stage of any).
+    func imageRequest(_ key: StageKey, priority: ImageRequest.Priority = .normal) -> ImageRequest {
+        let size = key.size ?? 0
+        return ImageRequest(url: GraphUniverse.url(key.url), processors: key.chain.map { processors[$0]! }, priority: priority,
+                            thumbnail: size == 0 ? nil : .maxPixelSize(size))
+    }
+
+    // MARK: - Operations
+
+    private func start(_ request: ModelRequest, why: String) async throws {
+        let task = pipeline.imageTask(with: imageRequest(request.key, priority: request.priority))
+        let index = model.start(request)
+        tasks.append(task)
+        observations.observe(task, as: index)
+        log.append("t\(index) = start \(request) (\(why))")
+        if case .succeeded = model.tasks[index].state, task.state != .completed {
+            throw failure("t\(index) should have been answered at once from memory; its state is \(task.state)")
+        }
+        try await settle()
+    }
+
+    private func cancel(_ index: Int) async throws {
+        let wasRunning = model.tasks[index].isRunning
+        tasks[index].cancel()
+        model.cancel(task: index)
+        log.append("cancel t\(index)" + (wasRunning ? "" : " (already ended)"))
+        if wasRunning && tasks[index].state != .cancelled {
+            throw failure("t\(index) is \(tasks[index].state) right after cancel()")
+        }
+        // The decodes whose last subscriber left must see their cancellation at once; the
+        // others must not.
+        let observed = calls.snapshot
+        for index in model.heldCalls(.decode) {
+            guard let id = model.calls[index].boundID, observed[id].isCancelled?() == true else { continue }
+            throw failure("decode \(model.calls[index].key) (call \(id)) was cancelled, yet a live task needs it")
+        }
+        for index in model.decodesToWake {
+            let id = model.calls[index].boundID!
+            if observed[id].isCancelled?() != true {
+                throw failure("decode \(model.calls[index].key) (call \(id)) lost its last subscriber but is not cancelled")
+            }
+            calls.give(.wake, to: id)
+        }
+        try await settle()
+    }
+
+    private func setPriority(_ index: Int, _ priority: ImageRequest.Priority) async throws {
+        tasks[index].priority = priority
+        model.setPriority(task: index, priority)
+        log.append("t\(index).priority = \(priority)")
+        if tasks[index].priority != priority { throw failure("t\(index).priority reads \(tasks[index].priority) after being set") }
+        try await settle()
+    }
+
+    private func command(_ index: Int, _ command: HeldCallCommand) async throws {
+        let call = model.calls[index]
+        let id = call.boundID!
+        log.append("\(call.stage) \(call.key) (call \(id)\(model.isOrphan(index) ? ", orphan" : "")): \(command)")
+        switch command {
+        case .chunk(let count): model.deliverChunk(call: index, count: count)
+        case .succeed: model.succeed(call: index)
+        case .fail: model.fail(call: index)
+        case .wake: break
+        }
+        calls.give(command, to: id)
+        try await settle()
+    }
+
+    /// What the run did, in numbers.
+    var summary: String {
+        let metrics = pipeline.metrics
+        return "\(log.count - 1) operations, \(model.tasks.count) tasks; fetch \(metrics.fetch), decode \(metrics.decode), "
+            + "process \(metrics.process)"
+    }
+
+    // MARK: - Settling and comparing
+
+    func failure(_ message: String) -> GraphModelFailure {
+        GraphModelFailure(description: "seed \(seed): \(message)\noperations:\n  " + log.joined(separator: "\n  "))
+    }
+
+    /// Waits until the pipeline has reached the model's state, then compares what it shows.
+    private func settle() async throws {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while let pending = try unsettled() {
+            if ContinuousClock.now > deadline { throw failure("the pipeline never reached the model's state: \(pending)") }
+            await Task.yield()
+        }
+        try compare()
+    }
+
+    /// What the pipeline still lacks to match the model (`nil`: nothing); throws when it did
+    /// something the model can never come to expect.
+    private func unsettled() throws -> String? {
+        let observed = calls.snapshot
+        var bound = Set(model.calls.compactMap(\.boundID))
+        for index in model.calls.indices where model.calls[index].boundID == nil {
+            let expected = model.calls[index]
+            if let match = observed.first(where: { !bound.contains($0.id) && $0.stage == expected.stage && $0.key == expected.key }) {
+                model.bind(call: index, to: match.id)
+                bound.insert(match.id)
+            }
+        }
+        if let extra = observed.first(where: { !bound.contains($0.id) }) {
+            throw failure("unexpected \(extra.stage) call \(extra.id) for \(extra.key)")
+        }
+        for (index, expected) in model.calls.enumerated() {
+            guard let id = expected.boundID else { return "\(expected.stage) call for \(expected.key) has not started" }
+            let call = observed[id]
+            if !call.isInputValid { throw failure("\(call.stage) call \(id) for \(call.key) got the wrong input") }
+            if call.state == expected.state && call.delivered == expected.delivered { continue }
+            let isFinal = ![.waiting, .working].contains(call.state)
+            let description = "\(call.stage) call \(id) for \(call.key) (model #\(index)) is \(call.state) with \(call.delivered) bytes, expected \(expected.state) with \(expected.delivered)"
+            if isFinal { throw failure(description) }
+            return description
+        }
+        for (index, task) in model.tasks.enumerated() {
+            let observation = observations[index]
+            if task.isRunning {
+                if let outcome = observation.outcome { throw failure("t\(index) ended with \(outcome) while the model has it running") }
+            } else if observation.outcome == nil || !observation.isStreamFinished {
+                return "t\(index) has not ended"
+            }
+        }
+        let queues = [
+            ("download", GraphModelQueues.data, model.heldCalls(.fetch).count, model.pendingLoads.count),
+            ("decode", GraphModelQueues.decode, model.heldCalls(.decode).count, 0),
+            ("process", GraphModelQueues.process, model.heldCalls(.process).count, 0),
+        ]
+        for (name, queue, running, pending) in queues where queue.runningCount != running || queue.pendingCount != pending {
+            return "\(name) queue runs \(queue.runningCount) and holds \(queue.pendingCount), expected \(running) and \(pending)"
+        }
+        return nil
+    }
+
+    /// Compares the settled pipeline with the model.
+    private func compare() throws {
+        try compareTasks()
+        try compareMetrics()
+        try compareGraph()
+        try compareMemory()
+    }
+
+    private func compareTasks() throws {
+        for (index, expected) in model.tasks.enumerated() {
+            let task = tasks[index]
+            let observation = observations[index]
+            if task.progress.completed != expected.progress.completed || task.progress.total != expected.progress.total {
+                throw failure("t\(index) progress is \(task.progress.completed)/\(task.progress.total), expected \(expected.progress)")
+            }
+            let state: ImageTask.State = switch expected.state {
+            case .running: .running
+            case .cancelled: .cancelled
+            case .succeeded, .failed: .completed
+            }
+            if task.state != state { throw failure("t\(index) is \(task.state), expected \(state)") }
+            if expected.isRunning { continue }
+            if observation.responses != 1 { throw failure("t\(index): response returned \(observation.responses) times") }
+            let finished = observation.events.filter { if case .finished = $0 { true } else { false } }
+            guard finished.count == 1, case .finished(let result)? = observation.events.last else {
+                throw failure("t\(index): events \(observation.events) do not end with exactly one .finished")
+            }
+            if observation.events.contains(where: { if case .preview = $0 { true } else { false } }) {
+                throw failure("t\(index) got a preview")
+            }
+            let problem: String? = switch (expected.state, observation.outcome, result) {
+            case (.succeeded(let fromMemory), .response(let response)?, .success(let streamed)):
+                response.image != GraphUniverse.image(for: expected.request.key) ? "a wrong image (\(GraphUniverse.key(of: response.image).map { "\($0)" } ?? "unknown"))"
+                    : streamed.image != response.image ? "another image in its event stream"
+                    : response.cacheType != (fromMemory ? .memory : nil) ? "cacheType \(String(describing: response.cacheType)), expected \(fromMemory ? "memory" : "none")"
+                    : nil
+            case (.failed(let error), .error(let thrown)?, .failure(let streamed)):
+                errorMismatch(thrown, error) ?? (streamed.code != thrown.code ? "\(streamed) in its event stream" : nil)
+            case (.cancelled, .error(let thrown)?, .failure(let streamed)):
+                thrown.code != .cancelled || streamed.code != .cancelled ? "\(thrown) / \(streamed) instead of cancelled" : nil
+            default:
+                "\(String(describing: observation.outcome)) (stream: \(result))"
+            }
+            if let problem { throw failure("t\(index) (\(expected.request)) ended with \(problem), expected \(expected.state)") }
+        }
+    }
+
+    private func errorMismatch(_ thrown: ImagePipeline.Error, _ expected: ModelError) -> String? {
+        let code: ImagePipeline.Error.Code = switch expected {
+        case .load: .dataLoadingFailed
+        case .decode: .decodingFailed
+        case .process: .processingFailed
+        }
+        let call = model.calls[expected.call].boundID!
+        guard thrown.code == code, thrown.underlyingError as? HeldCallFailure == HeldCallFailure(call: call) else {
+            return "\(thrown) (expected \(code) from call \(call))"
+        }
+        return nil
+    }
+
+    private func compareMetrics() throws {
+        let metrics = pipeline.metrics
+        let observed = calls.snapshot
+        for stage in ImagePipeline.Stage.allCases {
+            let counts = metrics[stage]
+            let actual = ModelStageCounts(started: counts.started, joined: counts.joined, completed: counts.completed,
+                                          failed: counts.failed, cancelled: counts.cancelled)
+            if actual != model.counts[stage] { throw failure("\(stage) metrics \(actual), expected \(model.counts[stage]!)") }
+        }
+        let expected = [
+            ("network requests", metrics.networkRequestsStarted, observed.count { $0.stage == .fetch }),
+            ("in flight", metrics.networkRequestsInFlight, model.heldCalls(.fetch).count),
+            ("decodes", metrics.decodes, observed.count { $0.stage == .decode }),
+            ("interrupted decodes", metrics.decodesInterrupted, model.decodesInterrupted),
+            ("processor applications", metrics.processorApplications, observed.count { $0.stage == .process }),
+            ("bytes", metrics.bytesDownloaded, model.bytesDownloaded),
+            ("live requests", metrics.liveRequests, model.liveRequests),
+        ]
+        for (name, actual, value) in expected where actual != value {
+            throw failure("metrics: \(name) \(actual), expected \(value)")
+        }
+    }
+
+    /// The pools, each task's subscribers and priority, the queued work's priority, and at
+    /// most one call of any key at work.
+    private func compareGraph() throws {
+        let pools = pipeline.graph.pooledTasks()
+        var actual: [StageKey: WorkGraph.PooledTask] = [:]
+        var byKey: [StageKey: (fetch: FetchKey, decode: DecodeKey, process: ProcessKey?)] = [:]
+        for (_, node) in model.liveNodes {
+            let request = imageRequest(node.key)
+            let decode = DecodeKey(request)
+            byKey[node.key] = (decode.fetch, decode,
+                               node.key.chain.isEmpty ? nil : ProcessKey(decode: decode, request: request, processorCount: node.key.chain.count))
+        }
+        for (key, keys) in byKey {
+            switch key.stage {
+            case .fetch: actual[key] = pools.fetch[keys.fetch]
+            case .decode: actual[key] = pools.decode[keys.decode]
+            case .process: actual[key] = pools.process[keys.process!]
+            }
+        }
+        let total = pools.fetch.count + pools.decode.count + pools.process.count
+        if total != model.pool.count || actual.count != model.pool.count {
+            throw failure("the pools hold \(total) tasks (\(actual.keys.sorted())), expected \(model.pool.keys.sorted())")
+        }
+        for (_, node) in model.liveNodes {
+            let task = actual[node.key]!
+            let operation: ImageRequest.Priority? = node.phase == .queued || node.phase == .working ? node.priority : nil
+            let expected = WorkGraph.PooledTask(priority: node.priority, operationPriority: operation, subscriberCount: node.subscribers.count)
+            if task != expected { throw failure("\(node.key) is \(task), expected \(expected)") }
+        }
+        let order = model.pendingLoadOrder.map { model.nodes[$0].priority }
+        if GraphModelQueues.data.pendingPriorities != order {
+            throw failure("pending downloads \(GraphModelQueues.data.pendingPriorities), expected \(order)")
+        }
+        var atWork: [String: Int] = [:]
+        for index in model.calls.indices where model.calls[index].state == .waiting && !model.isOrphan(index) {
+            atWork["\(model.calls[index].stage) \(model.calls[index].key)", default: 0] += 1
+        }
+        if let duplicate = atWork.first(where: { $0.value > 1 }) { throw failure("\(duplicate.key) runs \(duplicate.value) times at once") }
+        let observed = calls.snapshot
+        for index in model.heldCalls(.decode) where observed[model.calls[index].boundID!].isCancelled?() == true {
+            throw failure("decode \(model.calls[index].key) is cancelled, yet a live task needs it")
+        }
+    }
+
+    private func compareMemory() throws {
+        guard model.isMemoryCacheEnabled else { return }
+        for url in 0..<urlCount {
+            for size in Self.sizes {
+                for chain in Self.chains {
+                    let key = StageKey(url: url, size: size, chain: chain)
+                    let isCached = pipeline.cache.containsCachedImage(for: imageRequest(key))
+                    if isCached != model.memory.contains(key) {
+                        throw failure("memory cache \(isCached ? "holds" : "lacks") \(key)")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Once every task ended: no work left, nothing registered, every stage balanced.
+    private func checkEmpty() async throws {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while pipeline.metrics.liveTasks != 0 || GraphModelQueues.data.runningCount != 0 {
+            if ContinuousClock.now > deadline { throw failure("\(pipeline.metrics.liveTasks) graph tasks are still alive at the end") }
+            await Task.yield()
+        }
+        let metrics = pipeline.metrics
+        for stage in ImagePipeline.Stage.allCases {
+            let counts = metrics[stage]
+            if counts.started != counts.completed + counts.failed + counts.cancelled {
+                throw failure("\(stage) is unbalanced at the end: \(counts)")
+            }
+        }
+        let pools = pipeline.graph.pooledTasks()
+        if metrics.liveRequests != 0 || metrics.networkRequestsInFlight != 0 || pools.fetch.count + pools.decode.count + pools.process.count != 0 {
+            throw failure("left at the end: \(metrics.liveRequests) requests, \(metrics.networkRequestsInFlight) loads, pools \(pools)")
+        }
+        for queue in [GraphModelQueues.data, GraphModelQueues.decode, GraphModelQueues.process] where queue.pendingCount != 0 {
+            throw failure("\(queue.name) still holds \(queue.pendingCount) items")
+        }
+    }
+
+    /// After a failure: lets every held call end so that no worker stays blocked.
+    func releaseEverything() {
+        pipeline.invalidate()
+        for call in calls.snapshot where call.state == .waiting { calls.give(.fail, to: call.id) }
+    }
+}
