@@ -117,8 +117,69 @@ struct ModelCall {
     let node: Int
     var state = HeldCallState.waiting
     var delivered = 0
+    /// Whether the test gave it its last command (it is on its way to its end).
+    var isCommanded = false
+    /// Whether a decode's cancellation flag is set.
+    var isCancellationSet = false
+    /// Whether a load's queue item holds a download slot.
+    var holdsSlot = false
     /// The id of the pipeline's call it was matched with.
     var boundID: Int?
+}
+
+/// One atomic step of an operation. A held call's command takes a few steps on the worker
+/// that runs it; an operation of the test takes one or a few on the test's thread. Operations
+/// that race are modelled by every interleaving of their steps.
+enum ModelStep: CustomStringConvertible {
+    /// A load hands over `count` more bytes (progress to the subscribers).
+    case chunk(call: Int, count: Int)
+    /// A load told to succeed hands over the rest of its bytes.
+    case deliverRest(call: Int)
+    /// A load returns or throws; its stage completes or fails.
+    case loadEnded(call: Int, success: Bool)
+    /// A load's queue item ends: its download slot is free.
+    case loadSlotFreed(call: Int)
+    /// A decode looks at its cancellation, then succeeds or throws.
+    case decoderCheck(call: Int, success: Bool)
+    /// A decode or processing that produced its image stores it for the requests that asked.
+    case store(call: Int)
+    /// The stage of a decode or processing that produced its image completes.
+    case finish(call: Int)
+    /// The stage of a decode or processing that threw fails (or, cancelled, just ends).
+    case failure(call: Int)
+    case start(ModelRequest)
+    /// `ImageTask.cancel()` under the graph's lock.
+    case cancel(task: Int)
+    /// After the lock: cancelled decodes' flags and cancelled loads' Swift tasks.
+    case raiseCancellations
+    /// Cancelled loads have unwound: their download slots are free.
+    case releaseCancelledLoads
+    case setPriority(task: Int, ImageRequest.Priority)
+
+    var description: String {
+        switch self {
+        case .chunk(let call, let count): "chunk(#\(call), \(count))"
+        case .deliverRest(let call): "deliverRest(#\(call))"
+        case .loadEnded(let call, let success): "loadEnded(#\(call), \(success))"
+        case .loadSlotFreed(let call): "loadSlotFreed(#\(call))"
+        case .decoderCheck(let call, let success): "decoderCheck(#\(call), \(success))"
+        case .store(let call): "store(#\(call))"
+        case .finish(let call): "finish(#\(call))"
+        case .failure(let call): "failure(#\(call))"
+        case .start(let request): "start(\(request))"
+        case .cancel(let task): "cancel(t\(task))"
+        case .raiseCancellations: "raiseCancellations"
+        case .releaseCancelledLoads: "releaseCancelledLoads"
+        case .setPriority(let task, let priority): "priority(t\(task), \(priority))"
+        }
+    }
+
+    /// Every interleaving of `a` and `b` that keeps each one's order.
+    static func interleavings(_ a: [ModelStep], _ b: [ModelStep]) -> [[ModelStep]] {
+        if a.isEmpty { return [b] }
+        if b.isEmpty { return [a] }
+        return interleavings(Array(a.dropFirst()), b).map { [a[0]] + $0 } + interleavings(a, Array(b.dropFirst())).map { [b[0]] + $0 }
+    }
 }
 
 /// Per-stage counters, as ``ImagePipeline/Metrics/StageMetrics``.
@@ -147,7 +208,9 @@ struct GraphModel {
     private(set) var pendingLoads: [(node: Int, sequence: Int)] = []
     private var runningLoads = 0
     private var sequence = 0
-    /// Decode calls whose cancellation the last operation set (the test wakes them).
+    /// Decode calls whose cancellation flags are raised once the graph's lock is released.
+    private var pendingCancellations: [Int] = []
+    /// Held decode calls (not commanded) the last operation cancelled: the test wakes them.
     private(set) var decodesToWake: [Int] = []
 
     init(isMemoryCacheEnabled: Bool, downloadLimit: Int) {
@@ -190,13 +253,108 @@ struct GraphModel {
 
     // MARK: - Operations
 
-    /// Starts `request`; answers the task's index.
-    mutating func start(_ request: ModelRequest) -> Int {
+    /// The steps of the test's command `command` to held call `index`.
+    func steps(_ command: HeldCallCommand, call index: Int) -> [ModelStep] {
+        switch (calls[index].stage, command) {
+        case (.fetch, .chunk(let count)): [.chunk(call: index, count: count)]
+        case (.fetch, .succeed): [.deliverRest(call: index), .loadEnded(call: index, success: true), .loadSlotFreed(call: index)]
+        case (.fetch, _): [.loadEnded(call: index, success: false), .loadSlotFreed(call: index)]
+        case (.decode, .succeed): [.decoderCheck(call: index, success: true), .store(call: index), .finish(call: index)]
+        case (.decode, _): [.decoderCheck(call: index, success: false), .failure(call: index)]
+        case (.process, .succeed): [.store(call: index), .finish(call: index)]
+        case (.process, _): [.failure(call: index)]
+        }
+    }
+
+    /// The steps of cancelling task `id`.
+    static func cancelSteps(task id: Int) -> [ModelStep] { [.cancel(task: id), .raiseCancellations, .releaseCancelledLoads] }
+
+    /// Records that the test gave call `index` a command that ends it.
+    mutating func markCommanded(call index: Int) { calls[index].isCommanded = true }
+
+    /// Applies `steps` in order.
+    mutating func apply(_ steps: [ModelStep]) {
         decodesToWake = []
+        for step in steps { apply(step) }
+    }
+
+    private mutating func apply(_ step: ModelStep) {
+        switch step {
+        case .chunk(let index, let count):
+            let total = GraphUniverse.body(0).count
+            let end = min(total, calls[index].delivered + count)
+            bytesDownloaded += end - calls[index].delivered
+            calls[index].delivered = end
+            if isLive(calls[index].node) { send(ModelProgress(completed: end, total: total), to: .node(calls[index].node)) }
+        case .deliverRest(let index):
+            let total = GraphUniverse.body(0).count
+            if calls[index].delivered < total {
+                bytesDownloaded += total - calls[index].delivered
+                calls[index].delivered = total
+                if isLive(calls[index].node) { send(ModelProgress(completed: total, total: total), to: .node(calls[index].node)) }
+            }
+        case .loadEnded(let index, let success):
+            calls[index].state = success ? .succeeded : .failed
+            let node = calls[index].node
+            guard isLive(node) else { return } // its stage was cancelled: it ends unseen
+            if success { finish(node) } else { fail(node, .load(call: index)) }
+        case .loadSlotFreed(let index):
+            freeSlot(of: index)
+        case .decoderCheck(let index, let success):
+            calls[index].state = calls[index].isCancellationSet ? .cancelled : success ? .succeeded : .failed
+        case .store(let index):
+            if calls[index].stage == .process { calls[index].state = .succeeded }
+            guard calls[index].state == .succeeded else { return }
+            let node = nodes[calls[index].node]
+            // Stored for the requests that asked, even when the stage was cancelled meanwhile.
+            if isMemoryCacheEnabled && node.requestedFinal { memory.insert(node.key) }
+        case .finish(let index):
+            if calls[index].state == .cancelled {
+                decodesInterrupted += 1
+            } else if isLive(calls[index].node) {
+                finish(calls[index].node)
+            }
+        case .failure(let index):
+            let call = calls[index]
+            if call.stage == .process { calls[index].state = .failed }
+            if call.stage == .decode && (call.state == .cancelled || call.isCancellationSet) {
+                decodesInterrupted += 1 // the pipeline finds the decode cancelled: nobody gets the error
+            } else if isLive(call.node) {
+                fail(call.node, call.stage == .decode ? .decode(call: index) : .process(call: index, name: call.key.chain.last ?? ""))
+            }
+        case .start(let request):
+            start(request)
+            admitLoads()
+        case .cancel(let id):
+            guard case .running(let top) = tasks[id].state else { return }
+            tasks[id].state = .cancelled
+            unsubscribe(.task(id), from: top)
+        case .raiseCancellations:
+            for index in pendingCancellations { calls[index].isCancellationSet = true }
+            pendingCancellations = []
+        case .releaseCancelledLoads:
+            for index in calls.indices where calls[index].state == .cancelled { freeSlot(of: index) }
+        case .setPriority(let id, let priority):
+            tasks[id].priority = priority
+            if case .running(let top) = tasks[id].state { updatePriority(top) }
+        }
+    }
+
+    private func isLive(_ node: Int) -> Bool { nodes[node].phase != .ended }
+
+    /// A load's queue item ended: the queue starts what its slot allows.
+    private mutating func freeSlot(of index: Int) {
+        guard calls[index].holdsSlot else { return }
+        calls[index].holdsSlot = false
+        runningLoads -= 1
+        admitLoads()
+    }
+
+    private mutating func start(_ request: ModelRequest) {
         let id = tasks.count
         if isMemoryCacheEnabled && memory.contains(request.key) {
             tasks.append(ModelTask(request: request, priority: request.priority, state: .succeeded(fromMemory: true)))
-            return id
+            return
         }
         var cachedPrefix: Int?
         if isMemoryCacheEnabled && !request.chain.isEmpty {
@@ -206,72 +364,6 @@ struct GraphModel {
         nodes[top].requestedFinal = true
         tasks.append(ModelTask(request: request, priority: request.priority, state: .running(top: top)))
         subscribe(.task(id), to: top, priority: request.priority)
-        admitLoads()
-        return id
-    }
-
-    mutating func cancel(task id: Int) {
-        decodesToWake = []
-        guard case .running(let top) = tasks[id].state else { return }
-        tasks[id].state = .cancelled
-        unsubscribe(.task(id), from: top)
-        admitLoads()
-    }
-
-    mutating func setPriority(task id: Int, _ priority: ImageRequest.Priority) {
-        decodesToWake = []
-        tasks[id].priority = priority
-        if case .running(let top) = tasks[id].state { updatePriority(top) }
-        admitLoads()
-    }
-
-    /// A held load hands over `count` more bytes.
-    mutating func deliverChunk(call index: Int, count: Int) {
-        decodesToWake = []
-        let total = GraphUniverse.body(0).count
-        let end = min(total, calls[index].delivered + count)
-        bytesDownloaded += end - calls[index].delivered
-        calls[index].delivered = end
-        send(ModelProgress(completed: end, total: total), to: .node(calls[index].node))
-    }
-
-    /// A held call ends well.
-    mutating func succeed(call index: Int) {
-        decodesToWake = []
-        let call = calls[index]
-        calls[index].state = .succeeded
-        if call.stage == .fetch {
-            let total = GraphUniverse.body(0).count
-            if call.delivered < total {
-                bytesDownloaded += total - call.delivered
-                send(ModelProgress(completed: total, total: total), to: .node(call.node))
-            }
-            calls[index].delivered = total
-        }
-        if isOrphan(index) {
-            // A processing whose stage was cancelled still stores what it made for requests
-            // that asked for it.
-            if isMemoryCacheEnabled && nodes[call.node].requestedFinal { memory.insert(call.key) }
-        } else {
-            finish(call.node)
-        }
-        admitLoads()
-    }
-
-    /// A held call fails.
-    mutating func fail(call index: Int) {
-        decodesToWake = []
-        let call = calls[index]
-        calls[index].state = .failed
-        if !isOrphan(index) {
-            let error: ModelError = switch call.stage {
-            case .fetch: .load(call: index)
-            case .decode: .decode(call: index)
-            case .process: .process(call: index, name: call.key.chain.last ?? "")
-            }
-            fail(call.node, error)
-        }
-        admitLoads()
     }
 
     // MARK: - The graph
@@ -347,6 +439,7 @@ struct GraphModel {
             pendingLoads.removeAll { $0.node == next }
             runningLoads += 1
             startWork(next)
+            calls[calls.count - 1].holdsSlot = true
         }
     }
 
@@ -379,12 +472,17 @@ struct GraphModel {
             let call = node.call!
             switch node.key.stage {
             case .fetch:
-                calls[call].state = .cancelled
-                runningLoads -= 1
+                // A load on its way to its end ends as commanded; a held one sees the cancellation.
+                if !calls[call].isCommanded { calls[call].state = .cancelled }
             case .decode:
-                calls[call].state = .cancelled
-                decodesInterrupted += 1
-                decodesToWake.append(call)
+                pendingCancellations.append(call)
+                if !calls[call].isCommanded {
+                    // The test wakes it; it finds its cancellation and the pipeline counts an
+                    // interrupted decode.
+                    calls[call].state = .cancelled
+                    decodesInterrupted += 1
+                    decodesToWake.append(call)
+                }
             case .process:
                 break // the processor cannot be stopped: it runs on, orphaned, until released
             }
@@ -415,8 +513,6 @@ struct GraphModel {
     private mutating func finish(_ id: Int) {
         let node = nodes[id]
         counts[node.key.stage]!.completed += 1
-        if node.key.stage == .fetch { runningLoads -= 1 }
-        if node.key.stage != .fetch && isMemoryCacheEnabled && node.requestedFinal { memory.insert(node.key) }
         leavePool(id)
         for subscriber in node.subscribers {
             switch subscriber {
@@ -433,7 +529,6 @@ struct GraphModel {
     private mutating func fail(_ id: Int, _ error: ModelError) {
         let node = nodes[id]
         counts[node.key.stage]!.failed += 1
-        if node.key.stage == .fetch && node.phase == .working { runningLoads -= 1 }
         nodes[id].dependency = nil
         leavePool(id)
         for subscriber in node.subscribers {

@@ -81,6 +81,8 @@ final class GraphModelRun {
     private var tasks: [ImageTask] = []
     private let observations = TaskObservations()
     private(set) var log: [String] = []
+    /// Held calls (by id) given the command that ends them.
+    private var commanded: Set<Int> = []
     /// Relative weights of the kinds of operation, drawn per seed.
     private var weights: [String: Int] = [:]
 
@@ -92,7 +94,7 @@ final class GraphModelRun {
         urlCount = Int.random(in: 2...3, using: &rng)
         // Kind, scale: successes outweigh failures, so that work reaches the upper stages.
         let kinds = [("start", 3), ("join", 2), ("repeat", 2), ("retry", 1), ("cancel", 2), ("priority", 2), ("chunk", 1),
-                     ("load", 3), ("decode", 3), ("process", 3), ("orphan", 2), ("fail", 1)]
+                     ("load", 3), ("decode", 3), ("process", 3), ("orphan", 2), ("fail", 1), ("race", 3)]
         for (kind, scale) in kinds { weights[kind] = scale * Int.random(in: 1...4, using: &rng) }
         self.rng = rng
         model = GraphModel(isMemoryCacheEnabled: memory, downloadLimit: limit)
@@ -136,10 +138,7 @@ final class GraphModelRun {
         if !model.pool.isEmpty {
             add("join") { [self] in
                 let key = model.pool.keys.sorted().randomElement(using: &rng)!
-                var request = randomRequest()
-                request.url = key.url
-                if let size = key.size { request.size = size; request.chain = key.chain }
-                try await start(request, why: "join \(key)")
+                try await start(request(joining: key), why: "join \(key)")
             }
         }
         let succeeded = model.tasks.filter { if case .succeeded = $0.state { true } else { false } }
@@ -171,6 +170,19 @@ final class GraphModelRun {
             add(kind) { [self] in try await command(index, .succeed) }
             add(kind == "orphan" ? "orphan" : "fail") { [self] in try await command(index, .fail) }
         }
+        let held = model.calls.indices.filter { model.calls[$0].state == .waiting }
+        if !held.isEmpty {
+            add("race") { [self] in
+                let index = held.randomElement(using: &rng)!
+                var others: [RacingOperation] = [.start(randomRequest()), .start(request(joining: model.calls[index].key))]
+                if !running.isEmpty {
+                    others.append(.cancel(running.randomElement(using: &rng)!))
+                    others.append(.priority(running.randomElement(using: &rng)!, ImageRequest.Priority.allCases.randomElement(using: &rng)!))
+                }
+                if let other = held.filter({ $0 != index }).randomElement(using: &rng) { others.append(.command(other, randomEnd())) }
+                try await race(index, randomEnd(), with: others.randomElement(using: &rng)!)
+            }
+        }
         let total = candidates.reduce(0) { $0 + $1.weight }
         guard total > 0 else { throw failure("no operation is possible, yet tasks are running") }
         var pick = Int.random(in: 0..<total, using: &rng)
@@ -181,6 +193,21 @@ final class GraphModelRun {
             }
             pick -= candidate.weight
         }
+    }
+
+    /// A command that ends a held call: mostly success.
+    private func randomEnd() -> HeldCallCommand { Int.random(in: 0..<4, using: &rng) == 0 ? .fail : .succeed }
+
+    /// A random request that needs the work of `key` (the same request for a decode or
+    /// processing key; any request of the URL for a fetch).
+    private func request(joining key: StageKey) -> ModelRequest {
+        var request = randomRequest()
+        request.url = key.url
+        if let size = key.size {
+            request.size = size
+            request.chain = key.chain
+        }
+        return request
     }
 
     private func randomRequest() -> ModelRequest {
@@ -199,21 +226,27 @@ final class GraphModelRun {
     // MARK: - Operations
 
     private func start(_ request: ModelRequest, why: String) async throws {
-        let task = pipeline.imageTask(with: imageRequest(request.key, priority: request.priority))
-        let index = model.start(request)
-        tasks.append(task)
-        observations.observe(task, as: index)
+        let index = model.tasks.count
+        startTask(request)
+        model.apply([.start(request)])
         log.append("t\(index) = start \(request) (\(why))")
-        if case .succeeded = model.tasks[index].state, task.state != .completed {
-            throw failure("t\(index) should have been answered at once from memory; its state is \(task.state)")
+        if case .succeeded = model.tasks[index].state, tasks[index].state != .completed {
+            throw failure("t\(index) should have been answered at once from memory; its state is \(tasks[index].state)")
         }
         try await settle()
+    }
+
+    /// Starts `request` in the pipeline and observes its task.
+    private func startTask(_ request: ModelRequest) {
+        let task = pipeline.imageTask(with: imageRequest(request.key, priority: request.priority))
+        observations.observe(task, as: tasks.count)
+        tasks.append(task)
     }
 
     private func cancel(_ index: Int) async throws {
         let wasRunning = model.tasks[index].isRunning
         tasks[index].cancel()
-        model.cancel(task: index)
+        model.apply(GraphModel.cancelSteps(task: index))
         log.append("cancel t\(index)" + (wasRunning ? "" : " (already ended)"))
         if wasRunning && tasks[index].state != .cancelled {
             throw failure("t\(index) is \(tasks[index].state) right after cancel()")
@@ -230,31 +263,83 @@ final class GraphModelRun {
             if observed[id].isCancelled?() != true {
                 throw failure("decode \(model.calls[index].key) (call \(id)) lost its last subscriber but is not cancelled")
             }
-            calls.give(.wake, to: id)
         }
         try await settle()
     }
 
     private func setPriority(_ index: Int, _ priority: ImageRequest.Priority) async throws {
         tasks[index].priority = priority
-        model.setPriority(task: index, priority)
+        model.apply([.setPriority(task: index, priority)])
         log.append("t\(index).priority = \(priority)")
         if tasks[index].priority != priority { throw failure("t\(index).priority reads \(tasks[index].priority) after being set") }
         try await settle()
     }
 
     private func command(_ index: Int, _ command: HeldCallCommand) async throws {
+        log.append(describe(command, call: index))
+        give(command, to: index, in: &model)
+        model.apply(model.steps(command, call: index))
+        try await settle()
+    }
+
+    private func describe(_ command: HeldCallCommand, call index: Int) -> String {
         let call = model.calls[index]
-        let id = call.boundID!
-        log.append("\(call.stage) \(call.key) (call \(id)\(model.isOrphan(index) ? ", orphan" : "")): \(command)")
-        switch command {
-        case .chunk(let count): model.deliverChunk(call: index, count: count)
-        case .succeed: model.succeed(call: index)
-        case .fail: model.fail(call: index)
-        case .wake: break
+        return "\(call.stage) \(call.key) (call \(call.boundID!)\(model.isOrphan(index) ? ", orphan" : "")): \(command)"
+    }
+
+    /// Gives held call `index` its command, in the pipeline and in `model`.
+    private func give(_ command: HeldCallCommand, to index: Int, in model: inout GraphModel) {
+        let id = model.calls[index].boundID!
+        if case .chunk = command {} else {
+            model.markCommanded(call: index)
+            commanded.insert(id)
         }
         calls.give(command, to: id)
-        try await settle()
+    }
+
+    /// What races a held call's command.
+    enum RacingOperation {
+        case cancel(Int)
+        case priority(Int, ImageRequest.Priority)
+        case start(ModelRequest)
+        case command(Int, HeldCallCommand)
+    }
+
+    /// Gives held call `index` its command and, at once, does `other`: the two race, and the
+    /// pipeline must end as one interleaving of their steps does.
+    private func race(_ index: Int, _ command: HeldCallCommand, with other: RacingOperation) async throws {
+        var base = model
+        let first = base.steps(command, call: index)
+        let second: [ModelStep]
+        let description: String
+        switch other {
+        case .cancel(let task):
+            second = GraphModel.cancelSteps(task: task)
+            description = "cancel t\(task)"
+        case .priority(let task, let priority):
+            second = [.setPriority(task: task, priority)]
+            description = "t\(task).priority = \(priority)"
+        case .start(let request):
+            second = [.start(request)]
+            description = "t\(model.tasks.count) = start \(request)"
+        case .command(let other, let otherCommand):
+            second = base.steps(otherCommand, call: other)
+            description = describe(otherCommand, call: other)
+        }
+        log.append("race: \(describe(command, call: index)) ∥ \(description)")
+        give(command, to: index, in: &base)
+        switch other {
+        case .cancel(let task): tasks[task].cancel()
+        case .priority(let task, let priority): tasks[task].priority = priority
+        case .start(let request): startTask(request)
+        case .command(let other, let otherCommand): give(otherCommand, to: other, in: &base)
+        }
+        let candidates = ModelStep.interleavings(first, second).map { steps in
+            var candidate = base
+            candidate.apply(steps)
+            return (candidate, steps)
+        }
+        try await settle(candidates)
     }
 
     /// What the run did, in numbers.
@@ -270,19 +355,53 @@ final class GraphModelRun {
         GraphModelFailure(description: "seed \(seed): \(message)\noperations:\n  " + log.joined(separator: "\n  "))
     }
 
-    /// Waits until the pipeline has reached the model's state, then compares what it shows.
-    private func settle() async throws {
+    /// Waits until the pipeline has reached the model's state — or, after a race, the state of
+    /// one of `candidates` (the model after each interleaving of the racing steps) — then
+    /// compares what it shows, and keeps the candidate it matched as the model.
+    private func settle(_ candidates: [(model: GraphModel, steps: [ModelStep])]? = nil) async throws {
+        var alive = candidates ?? [(model, [])]
+        var firstFailure: GraphModelFailure?
         let deadline = ContinuousClock.now + .seconds(10)
-        while let pending = try unsettled() {
-            if ContinuousClock.now > deadline { throw failure("the pipeline never reached the model's state: \(pending)") }
+        while true {
+            wakeCancelledDecodes()
+            var pending: String?
+            var index = 0
+            while index < alive.count {
+                do {
+                    if let reason = try unsettled(&alive[index].model) {
+                        pending = pending ?? reason
+                        index += 1
+                        continue
+                    }
+                    try compare(alive[index].model)
+                    model = alive[index].model
+                    if candidates != nil { log.append("  as " + alive[index].steps.map(\.description).joined(separator: ", ")) }
+                    return
+                } catch let failure as GraphModelFailure {
+                    let steps = alive[index].steps.map(\.description).joined(separator: ", ")
+                    firstFailure = firstFailure ?? (candidates == nil ? failure : GraphModelFailure(description: "\(failure)\n  (as \(steps))"))
+                    alive.remove(at: index)
+                }
+            }
+            if let firstFailure, alive.isEmpty { throw firstFailure }
+            if ContinuousClock.now > deadline { throw failure("the pipeline never reached the model's state: \(pending ?? "")") }
             await Task.yield()
         }
-        try compare()
+    }
+
+    /// Wakes the held decodes whose cancellation is set (and that no command ends otherwise):
+    /// they end as cancelled.
+    private func wakeCancelledDecodes() {
+        for call in calls.snapshot where call.stage == .decode && call.state == .waiting && !commanded.contains(call.id) {
+            guard call.isCancelled?() == true else { continue }
+            commanded.insert(call.id)
+            calls.give(.wake, to: call.id)
+        }
     }
 
     /// What the pipeline still lacks to match the model (`nil`: nothing); throws when it did
     /// something the model can never come to expect.
-    private func unsettled() throws -> String? {
+    private func unsettled(_ model: inout GraphModel) throws -> String? {
         let observed = calls.snapshot
         var bound = Set(model.calls.compactMap(\.boundID))
         for index in model.calls.indices where model.calls[index].boundID == nil {
@@ -325,14 +444,14 @@ final class GraphModelRun {
     }
 
     /// Compares the settled pipeline with the model.
-    private func compare() throws {
-        try compareTasks()
-        try compareMetrics()
-        try compareGraph()
-        try compareMemory()
+    private func compare(_ model: GraphModel) throws {
+        try compareTasks(model)
+        try compareMetrics(model)
+        try compareGraph(model)
+        try compareMemory(model)
     }
 
-    private func compareTasks() throws {
+    private func compareTasks(_ model: GraphModel) throws {
         for (index, expected) in model.tasks.enumerated() {
             let task = tasks[index]
             let observation = observations[index]
@@ -361,7 +480,7 @@ final class GraphModelRun {
                     : response.cacheType != (fromMemory ? .memory : nil) ? "cacheType \(String(describing: response.cacheType)), expected \(fromMemory ? "memory" : "none")"
                     : nil
             case (.failed(let error), .error(let thrown)?, .failure(let streamed)):
-                errorMismatch(thrown, error) ?? (streamed.code != thrown.code ? "\(streamed) in its event stream" : nil)
+                errorMismatch(thrown, error, model) ?? (streamed.code != thrown.code ? "\(streamed) in its event stream" : nil)
             case (.cancelled, .error(let thrown)?, .failure(let streamed)):
                 thrown.code != .cancelled || streamed.code != .cancelled ? "\(thrown) / \(streamed) instead of cancelled" : nil
             default:
@@ -371,7 +490,7 @@ final class GraphModelRun {
         }
     }
 
-    private func errorMismatch(_ thrown: ImagePipeline.Error, _ expected: ModelError) -> String? {
+    private func errorMismatch(_ thrown: ImagePipeline.Error, _ expected: ModelError, _ model: GraphModel) -> String? {
         let code: ImagePipeline.Error.Code = switch expected {
         case .load: .dataLoadingFailed
         case .decode: .decodingFailed
@@ -384,7 +503,7 @@ final class GraphModelRun {
         return nil
     }
 
-    private func compareMetrics() throws {
+    private func compareMetrics(_ model: GraphModel) throws {
         let metrics = pipeline.metrics
         let observed = calls.snapshot
         for stage in ImagePipeline.Stage.allCases {
@@ -409,7 +528,7 @@ final class GraphModelRun {
 
     /// The pools, each task's subscribers and priority, the queued work's priority, and at
     /// most one call of any key at work.
-    private func compareGraph() throws {
+    private func compareGraph(_ model: GraphModel) throws {
         let pools = pipeline.graph.pooledTasks()
         var actual: [StageKey: WorkGraph.PooledTask] = [:]
         var byKey: [StageKey: (fetch: FetchKey, decode: DecodeKey, process: ProcessKey?)] = [:]
@@ -451,7 +570,7 @@ final class GraphModelRun {
         }
     }
 
-    private func compareMemory() throws {
+    private func compareMemory(_ model: GraphModel) throws {
         guard model.isMemoryCacheEnabled else { return }
         for url in 0..<urlCount {
             for size in Self.sizes {
