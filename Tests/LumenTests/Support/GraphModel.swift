@@ -10,6 +10,17 @@ import Lumen
 
 /// A request of the model.
 struct ModelRequest: Hashable, CustomStringConvertible {
+    /// How the request is made.
+    enum Kind: Hashable {
+        /// `imageTask(with:)`.
+        case image
+        /// `image(for:)` in a Swift task (cancelled by cancelling that task).
+        case awaited
+        /// `dataTask(with:)`: the original bytes, from the fetch stage.
+        case data
+    }
+
+    var kind = Kind.image
     var url: Int
     /// The decode size (`maxPixelSize`), 0 for the original size.
     var size: Int
@@ -20,7 +31,13 @@ struct ModelRequest: Hashable, CustomStringConvertible {
     func key(count: Int) -> StageKey { StageKey(url: url, size: size, chain: Array(chain.prefix(count))) }
     var key: StageKey { key(count: chain.count) }
 
-    var description: String { "\(key) \(priority)" }
+    var description: String {
+        switch kind {
+        case .image: "\(key) \(priority)"
+        case .awaited: "\(key) \(priority) awaited"
+        case .data: "data u\(url) \(priority)"
+        }
+    }
 }
 
 /// Why a task failed: the held call (by model index) that failed.
@@ -59,6 +76,8 @@ struct ModelTask {
         case succeeded(fromMemory: Bool)
         case failed(ModelError)
         case cancelled
+        /// Started after `invalidate()`.
+        case invalidated
     }
 
     var request: ModelRequest
@@ -123,6 +142,8 @@ struct ModelCall {
     var isCancellationSet = false
     /// Whether a load's queue item holds a download slot.
     var holdsSlot = false
+    /// Whether the pipeline took a decode's error for an interruption.
+    var isInterrupted = false
     /// The id of the pipeline's call it was matched with.
     var boundID: Int?
 }
@@ -147,14 +168,19 @@ enum ModelStep: CustomStringConvertible {
     case finish(call: Int)
     /// The stage of a decode or processing that threw fails (or, cancelled, just ends).
     case failure(call: Int)
+    /// A decode that threw: the pipeline looks at its cancellation to tell an interruption
+    /// (nobody gets the error) from a failure.
+    case catchDecodeError(call: Int)
     case start(ModelRequest)
-    /// `ImageTask.cancel()` under the graph's lock.
+    /// `ImageTask.cancel()` under the graph's lock: cancelled stages leave their pools,
+    /// queued work leaves its queue, running decodes find their cancellation set.
     case cancel(task: Int)
-    /// After the lock: cancelled decodes' flags and cancelled loads' Swift tasks.
-    case raiseCancellations
-    /// Cancelled loads have unwound: their download slots are free.
+    /// Cancelled loads (their Swift tasks cancelled after the lock) have unwound: their
+    /// download slots are free.
     case releaseCancelledLoads
     case setPriority(task: Int, ImageRequest.Priority)
+    /// `ImagePipeline.invalidate()`: cancels every running task, fails later ones.
+    case invalidate
 
     var description: String {
         switch self {
@@ -166,11 +192,12 @@ enum ModelStep: CustomStringConvertible {
         case .store(let call): "store(#\(call))"
         case .finish(let call): "finish(#\(call))"
         case .failure(let call): "failure(#\(call))"
+        case .catchDecodeError(let call): "catchDecodeError(#\(call))"
         case .start(let request): "start(\(request))"
         case .cancel(let task): "cancel(t\(task))"
-        case .raiseCancellations: "raiseCancellations"
         case .releaseCancelledLoads: "releaseCancelledLoads"
         case .setPriority(let task, let priority): "priority(t\(task), \(priority))"
+        case .invalidate: "invalidate"
         }
     }
 
@@ -207,9 +234,8 @@ struct GraphModel {
     /// Fetch nodes pending in the download queue, with their place in it.
     private(set) var pendingLoads: [(node: Int, sequence: Int)] = []
     private var runningLoads = 0
+    private(set) var isInvalidated = false
     private var sequence = 0
-    /// Decode calls whose cancellation flags are raised once the graph's lock is released.
-    private var pendingCancellations: [Int] = []
     /// Held decode calls (not commanded) the last operation cancelled: the test wakes them.
     private(set) var decodesToWake: [Int] = []
 
@@ -260,14 +286,14 @@ struct GraphModel {
         case (.fetch, .succeed): [.deliverRest(call: index), .loadEnded(call: index, success: true), .loadSlotFreed(call: index)]
         case (.fetch, _): [.loadEnded(call: index, success: false), .loadSlotFreed(call: index)]
         case (.decode, .succeed): [.decoderCheck(call: index, success: true), .store(call: index), .finish(call: index)]
-        case (.decode, _): [.decoderCheck(call: index, success: false), .failure(call: index)]
+        case (.decode, _): [.decoderCheck(call: index, success: false), .catchDecodeError(call: index), .failure(call: index)]
         case (.process, .succeed): [.store(call: index), .finish(call: index)]
         case (.process, _): [.failure(call: index)]
         }
     }
 
     /// The steps of cancelling task `id`.
-    static func cancelSteps(task id: Int) -> [ModelStep] { [.cancel(task: id), .raiseCancellations, .releaseCancelledLoads] }
+    static func cancelSteps(task id: Int) -> [ModelStep] { [.cancel(task: id), .releaseCancelledLoads] }
 
     /// Records that the test gave call `index` a command that ends it.
     mutating func markCommanded(call index: Int) { calls[index].isCommanded = true }
@@ -314,12 +340,15 @@ struct GraphModel {
             } else if isLive(calls[index].node) {
                 finish(calls[index].node)
             }
+        case .catchDecodeError(let index):
+            if calls[index].state == .cancelled || calls[index].isCancellationSet {
+                calls[index].isInterrupted = true
+                decodesInterrupted += 1
+            }
         case .failure(let index):
             let call = calls[index]
             if call.stage == .process { calls[index].state = .failed }
-            if call.stage == .decode && (call.state == .cancelled || call.isCancellationSet) {
-                decodesInterrupted += 1 // the pipeline finds the decode cancelled: nobody gets the error
-            } else if isLive(call.node) {
+            if !call.isInterrupted && isLive(call.node) {
                 fail(call.node, call.stage == .decode ? .decode(call: index) : .process(call: index, name: call.key.chain.last ?? ""))
             }
         case .start(let request):
@@ -329,14 +358,14 @@ struct GraphModel {
             guard case .running(let top) = tasks[id].state else { return }
             tasks[id].state = .cancelled
             unsubscribe(.task(id), from: top)
-        case .raiseCancellations:
-            for index in pendingCancellations { calls[index].isCancellationSet = true }
-            pendingCancellations = []
         case .releaseCancelledLoads:
             for index in calls.indices where calls[index].state == .cancelled { freeSlot(of: index) }
         case .setPriority(let id, let priority):
             tasks[id].priority = priority
             if case .running(let top) = tasks[id].state { updatePriority(top) }
+        case .invalidate:
+            isInvalidated = true
+            for id in tasks.indices { apply(.cancel(task: id)) }
         }
     }
 
@@ -352,6 +381,16 @@ struct GraphModel {
 
     private mutating func start(_ request: ModelRequest) {
         let id = tasks.count
+        if isInvalidated {
+            tasks.append(ModelTask(request: request, priority: request.priority, state: .invalidated))
+            return
+        }
+        if request.kind == .data {
+            let fetch = fetchNode(request)
+            tasks.append(ModelTask(request: request, priority: request.priority, state: .running(top: fetch)))
+            subscribe(.task(id), to: fetch, priority: request.priority)
+            return
+        }
         if isMemoryCacheEnabled && memory.contains(request.key) {
             tasks.append(ModelTask(request: request, priority: request.priority, state: .succeeded(fromMemory: true)))
             return
@@ -475,7 +514,7 @@ struct GraphModel {
                 // A load on its way to its end ends as commanded; a held one sees the cancellation.
                 if !calls[call].isCommanded { calls[call].state = .cancelled }
             case .decode:
-                pendingCancellations.append(call)
+                calls[call].isCancellationSet = true
                 if !calls[call].isCommanded {
                     // The test wakes it; it finds its cancellation and the pipeline counts an
                     // interrupted decode.

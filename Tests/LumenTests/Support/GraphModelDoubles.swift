@@ -178,7 +178,15 @@ final class HeldCalls: @unchecked Sendable { // state guarded by `condition`
         condition.lock()
         defer { condition.unlock() }
         calls.append(HeldCall(id: calls.count, stage: stage, key: key, isInputValid: isInputValid, isCancelled: isCancelled))
+        condition.broadcast()
         return calls.count - 1
+    }
+
+    /// Blocks the calling thread until `count` calls have arrived.
+    func waitForCalls(_ count: Int) {
+        condition.lock()
+        defer { condition.unlock() }
+        while calls.count < count { condition.wait() }
     }
 
     func update(_ id: Int, _ body: (inout HeldCall) -> Void) {

@@ -17,6 +17,7 @@ struct GraphModelFailure: Error, CustomStringConvertible {
 struct TaskObservation: Sendable {
     enum Outcome: Sendable {
         case response(ImageResponse)
+        case data(Data)
         case error(ImagePipeline.Error)
         case foreignError(String)
     }
@@ -34,6 +35,41 @@ final class TaskObservations: Sendable {
 
     subscript(task: Int) -> TaskObservation { state.withLock { $0[task] ?? TaskObservation() } }
 
+    /// Records `outcome` under `index`.
+    func record(_ outcome: TaskObservation.Outcome, as index: Int) {
+        state.withLock {
+            $0[index, default: .init()].outcome = outcome
+            $0[index, default: .init()].responses += 1
+        }
+    }
+
+    /// Awaits `task`'s bytes, recording them under `index`.
+    func observe(_ task: DataTask, as index: Int) {
+        Task {
+            do {
+                record(.data(try await task.response.0), as: index)
+            } catch let error as ImagePipeline.Error {
+                record(.error(error), as: index)
+            } catch {
+                record(.foreignError("\(error)"), as: index)
+            }
+        }
+    }
+
+    /// Loads `request` with `image(for:)` in a new Swift task, recording the outcome under
+    /// `index`; answers the task.
+    func load(_ request: ImageRequest, in pipeline: ImagePipeline, as index: Int) -> Task<Void, Never> {
+        Task {
+            do {
+                record(.response(try await pipeline.image(for: request)), as: index)
+            } catch let error as ImagePipeline.Error {
+                record(.error(error), as: index)
+            } catch {
+                record(.foreignError("\(error)"), as: index)
+            }
+        }
+    }
+
     /// Awaits `task`'s response and reads its event stream, recording both under `index`.
     func observe(_ task: ImageTask, as index: Int) {
         let events = task.events
@@ -42,18 +78,62 @@ final class TaskObservations: Sendable {
             state.withLock { $0[index, default: .init()].isStreamFinished = true }
         }
         Task {
-            let outcome: TaskObservation.Outcome
             do {
-                outcome = .response(try await task.response)
+                record(.response(try await task.response), as: index)
             } catch let error as ImagePipeline.Error {
-                outcome = .error(error)
+                record(.error(error), as: index)
             } catch {
-                outcome = .foreignError("\(error)")
+                record(.foreignError("\(error)"), as: index)
             }
-            state.withLock {
-                $0[index, default: .init()].outcome = outcome
-                $0[index, default: .init()].responses += 1
-            }
+        }
+    }
+}
+
+/// A task of the pipeline, however it was started.
+enum TaskHandle {
+    case image(ImageTask)
+    case data(DataTask)
+    /// `image(for:)` awaited in this Swift task.
+    case awaited(Task<Void, Never>)
+
+    func cancel() {
+        switch self {
+        case .image(let task): task.cancel()
+        case .data(let task): task.cancel()
+        case .awaited(let task): task.cancel()
+        }
+    }
+
+    /// The task's priority; `nil` for `image(for:)`, which has no handle to ask.
+    var priority: ImageRequest.Priority? {
+        switch self {
+        case .image(let task): task.priority
+        case .data(let task): task.priority
+        case .awaited: nil
+        }
+    }
+
+    func setPriority(_ priority: ImageRequest.Priority) {
+        switch self {
+        case .image(let task): task.priority = priority
+        case .data(let task): task.priority = priority
+        case .awaited: preconditionFailure("image(for:) has no priority to set")
+        }
+    }
+
+    var state: ImageTask.State? {
+        switch self {
+        case .image(let task): task.state
+        case .data(let task): task.state
+        case .awaited: nil
+        }
+    }
+
+    var progress: ImageTask.Progress? {
+        switch self {
+        case .image(let task): task.progress
+        case .data(let task): task.progress
+        case .awaited: nil
         }
     }
 }
@@ -78,7 +158,7 @@ final class GraphModelRun {
     let pipeline: ImagePipeline
     private let processors: [String: HeldProcessor]
     private let urlCount: Int
-    private var tasks: [ImageTask] = []
+    private var tasks: [TaskHandle] = []
     private let observations = TaskObservations()
     private(set) var log: [String] = []
     /// Held calls (by id) given the command that ends them.
@@ -117,6 +197,10 @@ final class GraphModelRun {
     /// Runs `steps` random operations, then ends every task and checks that the graph is empty.
     func run(steps: Int) async throws {
         for _ in 0..<steps { try await step(draining: false) }
+        if Int.random(in: 0..<8, using: &rng) == 0 {
+            try await invalidate()
+            for _ in 0..<2 { try await start(randomRequest(), why: "after invalidate()") }
+        }
         var guardCount = 0
         while model.tasks.contains(where: \.isRunning) || !model.calls.filter({ $0.state == .waiting }).isEmpty {
             guardCount += 1
@@ -147,8 +231,11 @@ final class GraphModelRun {
         if !failed.isEmpty { add("retry") { [self] in try await start(failed.randomElement(using: &rng)!.request, why: "after failure") } }
         if !running.isEmpty {
             add("cancel") { [self] in try await cancel(running.randomElement(using: &rng)!) }
+        }
+        let prioritized = running.filter { model.tasks[$0].request.kind != .awaited }
+        if !prioritized.isEmpty {
             add("priority") { [self] in
-                try await setPriority(running.randomElement(using: &rng)!, ImageRequest.Priority.allCases.randomElement(using: &rng)!)
+                try await setPriority(prioritized.randomElement(using: &rng)!, ImageRequest.Priority.allCases.randomElement(using: &rng)!)
             }
         }
         if !model.tasks.isEmpty && !draining {
@@ -175,9 +262,9 @@ final class GraphModelRun {
             add("race") { [self] in
                 let index = held.randomElement(using: &rng)!
                 var others: [RacingOperation] = [.start(randomRequest()), .start(request(joining: model.calls[index].key))]
-                if !running.isEmpty {
-                    others.append(.cancel(running.randomElement(using: &rng)!))
-                    others.append(.priority(running.randomElement(using: &rng)!, ImageRequest.Priority.allCases.randomElement(using: &rng)!))
+                if let task = running.randomElement(using: &rng) { others.append(.cancel(task)) }
+                if let task = prioritized.randomElement(using: &rng) {
+                    others.append(.priority(task, ImageRequest.Priority.allCases.randomElement(using: &rng)!))
                 }
                 if let other = held.filter({ $0 != index }).randomElement(using: &rng) { others.append(.command(other, randomEnd())) }
                 try await race(index, randomEnd(), with: others.randomElement(using: &rng)!)
@@ -211,8 +298,9 @@ final class GraphModelRun {
     }
 
     private func randomRequest() -> ModelRequest {
-        ModelRequest(
-            url: Int.random(in: 0..<urlCount, using: &rng), size: Self.sizes.randomElement(using: &rng)!,
+        let kinds: [ModelRequest.Kind] = [.image, .image, .image, .image, .awaited, .data]
+        return ModelRequest(
+            kind: kinds.randomElement(using: &rng)!, url: Int.random(in: 0..<urlCount, using: &rng), size: Self.sizes.randomElement(using: &rng)!,
             chain: Self.chains.randomElement(using: &rng)!, priority: ImageRequest.Priority.allCases.randomElement(using: &rng)!)
     }
 
@@ -230,17 +318,27 @@ final class GraphModelRun {
         startTask(request)
         model.apply([.start(request)])
         log.append("t\(index) = start \(request) (\(why))")
-        if case .succeeded = model.tasks[index].state, tasks[index].state != .completed {
-            throw failure("t\(index) should have been answered at once from memory; its state is \(tasks[index].state)")
+        if case .succeeded = model.tasks[index].state, request.kind == .image, tasks[index].state != .completed {
+            throw failure("t\(index) should have been answered at once from memory; its state is \(String(describing: tasks[index].state))")
         }
         try await settle()
     }
 
     /// Starts `request` in the pipeline and observes its task.
     private func startTask(_ request: ModelRequest) {
-        let task = pipeline.imageTask(with: imageRequest(request.key, priority: request.priority))
-        observations.observe(task, as: tasks.count)
-        tasks.append(task)
+        let imageRequest = imageRequest(request.key, priority: request.priority)
+        switch request.kind {
+        case .image:
+            let task = pipeline.imageTask(with: imageRequest)
+            observations.observe(task, as: tasks.count)
+            tasks.append(.image(task))
+        case .data:
+            let task = pipeline.dataTask(with: imageRequest)
+            observations.observe(task, as: tasks.count)
+            tasks.append(.data(task))
+        case .awaited:
+            tasks.append(.awaited(observations.load(imageRequest, in: pipeline, as: tasks.count)))
+        }
     }
 
     private func cancel(_ index: Int) async throws {
@@ -248,8 +346,8 @@ final class GraphModelRun {
         tasks[index].cancel()
         model.apply(GraphModel.cancelSteps(task: index))
         log.append("cancel t\(index)" + (wasRunning ? "" : " (already ended)"))
-        if wasRunning && tasks[index].state != .cancelled {
-            throw failure("t\(index) is \(tasks[index].state) right after cancel()")
+        if wasRunning, let state = tasks[index].state, state != .cancelled {
+            throw failure("t\(index) is \(state) right after cancel()")
         }
         // The decodes whose last subscriber left must see their cancellation at once; the
         // others must not.
@@ -267,11 +365,18 @@ final class GraphModelRun {
         try await settle()
     }
 
+    private func invalidate() async throws {
+        pipeline.invalidate()
+        model.apply([.invalidate, .releaseCancelledLoads])
+        log.append("invalidate()")
+        try await settle()
+    }
+
     private func setPriority(_ index: Int, _ priority: ImageRequest.Priority) async throws {
-        tasks[index].priority = priority
+        tasks[index].setPriority(priority)
         model.apply([.setPriority(task: index, priority)])
         log.append("t\(index).priority = \(priority)")
-        if tasks[index].priority != priority { throw failure("t\(index).priority reads \(tasks[index].priority) after being set") }
+        if tasks[index].priority != priority { throw failure("t\(index).priority reads \(String(describing: tasks[index].priority)) after being set") }
         try await settle()
     }
 
@@ -330,7 +435,7 @@ final class GraphModelRun {
         give(command, to: index, in: &base)
         switch other {
         case .cancel(let task): tasks[task].cancel()
-        case .priority(let task, let priority): tasks[task].priority = priority
+        case .priority(let task, let priority): tasks[task].setPriority(priority)
         case .start(let request): startTask(request)
         case .command(let other, let otherCommand): give(otherCommand, to: other, in: &base)
         }
@@ -361,6 +466,7 @@ final class GraphModelRun {
     private func settle(_ candidates: [(model: GraphModel, steps: [ModelStep])]? = nil) async throws {
         var alive = candidates ?? [(model, [])]
         var firstFailure: GraphModelFailure?
+        var rejections: [String] = []
         let deadline = ContinuousClock.now + .seconds(10)
         while true {
             wakeCancelledDecodes()
@@ -379,12 +485,20 @@ final class GraphModelRun {
                     return
                 } catch let failure as GraphModelFailure {
                     let steps = alive[index].steps.map(\.description).joined(separator: ", ")
-                    firstFailure = firstFailure ?? (candidates == nil ? failure : GraphModelFailure(description: "\(failure)\n  (as \(steps))"))
+                    firstFailure = firstFailure ?? failure
+                    rejections.append("\(failure.description.prefix { $0 != "\n" }) (as \(steps))")
                     alive.remove(at: index)
                 }
             }
-            if let firstFailure, alive.isEmpty { throw firstFailure }
-            if ContinuousClock.now > deadline { throw failure("the pipeline never reached the model's state: \(pending ?? "")") }
+            if let firstFailure, alive.isEmpty {
+                throw candidates == nil ? firstFailure
+                    : GraphModelFailure(description: "\(firstFailure)\n  every interleaving was rejected:\n    " + rejections.joined(separator: "\n    "))
+            }
+            if ContinuousClock.now > deadline {
+                let pools = pipeline.graph.pooledTasks()
+                throw failure("the pipeline never reached the model's state: \(pending ?? "")\n  pipeline: \(pipeline.metrics.liveRequests) requests, "
+                              + "pools \(pools.fetch.keys) \(pools.decode.keys) \(pools.process.keys), calls \(calls.snapshot.map { "\($0.id) \($0.key) \($0.state)" })")
+            }
             await Task.yield()
         }
     }
@@ -428,9 +542,16 @@ final class GraphModelRun {
             let observation = observations[index]
             if task.isRunning {
                 if let outcome = observation.outcome { throw failure("t\(index) ended with \(outcome) while the model has it running") }
-            } else if observation.outcome == nil || !observation.isStreamFinished {
+            } else if observation.outcome == nil || (task.request.kind == .image && !observation.isStreamFinished) {
                 return "t\(index) has not ended"
             }
+        }
+        // `image(for:)` subscribes from its own Swift task: wait until the graph counts it.
+        let metrics = pipeline.metrics
+        if metrics.liveRequests != model.liveRequests { return "\(metrics.liveRequests) live requests, expected \(model.liveRequests)" }
+        for stage in ImagePipeline.Stage.allCases where metrics[stage].started + metrics[stage].joined
+            != model.counts[stage]!.started + model.counts[stage]!.joined {
+            return "\(stage) subscriptions \(metrics[stage]), expected \(model.counts[stage]!)"
         }
         let queues = [
             ("download", GraphModelQueues.data, model.heldCalls(.fetch).count, model.pendingLoads.count),
@@ -455,17 +576,21 @@ final class GraphModelRun {
         for (index, expected) in model.tasks.enumerated() {
             let task = tasks[index]
             let observation = observations[index]
-            if task.progress.completed != expected.progress.completed || task.progress.total != expected.progress.total {
-                throw failure("t\(index) progress is \(task.progress.completed)/\(task.progress.total), expected \(expected.progress)")
+            if let progress = task.progress, progress.completed != expected.progress.completed || progress.total != expected.progress.total {
+                throw failure("t\(index) progress is \(progress.completed)/\(progress.total), expected \(expected.progress)")
             }
             let state: ImageTask.State = switch expected.state {
             case .running: .running
             case .cancelled: .cancelled
-            case .succeeded, .failed: .completed
+            case .succeeded, .failed, .invalidated: .completed
             }
-            if task.state != state { throw failure("t\(index) is \(task.state), expected \(state)") }
+            if let actual = task.state, actual != state { throw failure("t\(index) is \(actual), expected \(state)") }
             if expected.isRunning { continue }
             if observation.responses != 1 { throw failure("t\(index): response returned \(observation.responses) times") }
+            if let problem = outcomeMismatch(observation.outcome, expected, model) {
+                throw failure("t\(index) (\(expected.request)) ended with \(problem), expected \(expected.state)")
+            }
+            guard case .image = task else { continue }
             let finished = observation.events.filter { if case .finished = $0 { true } else { false } }
             guard finished.count == 1, case .finished(let result)? = observation.events.last else {
                 throw failure("t\(index): events \(observation.events) do not end with exactly one .finished")
@@ -473,20 +598,37 @@ final class GraphModelRun {
             if observation.events.contains(where: { if case .preview = $0 { true } else { false } }) {
                 throw failure("t\(index) got a preview")
             }
-            let problem: String? = switch (expected.state, observation.outcome, result) {
-            case (.succeeded(let fromMemory), .response(let response)?, .success(let streamed)):
-                response.image != GraphUniverse.image(for: expected.request.key) ? "a wrong image (\(GraphUniverse.key(of: response.image).map { "\($0)" } ?? "unknown"))"
-                    : streamed.image != response.image ? "another image in its event stream"
-                    : response.cacheType != (fromMemory ? .memory : nil) ? "cacheType \(String(describing: response.cacheType)), expected \(fromMemory ? "memory" : "none")"
-                    : nil
-            case (.failed(let error), .error(let thrown)?, .failure(let streamed)):
-                errorMismatch(thrown, error, model) ?? (streamed.code != thrown.code ? "\(streamed) in its event stream" : nil)
-            case (.cancelled, .error(let thrown)?, .failure(let streamed)):
-                thrown.code != .cancelled || streamed.code != .cancelled ? "\(thrown) / \(streamed) instead of cancelled" : nil
-            default:
-                "\(String(describing: observation.outcome)) (stream: \(result))"
+            let streamed: TaskObservation.Outcome = switch result {
+            case .success(let response): .response(response)
+            case .failure(let error): .error(error)
             }
-            if let problem { throw failure("t\(index) (\(expected.request)) ended with \(problem), expected \(expected.state)") }
+            if let problem = outcomeMismatch(streamed, expected, model) {
+                throw failure("t\(index) (\(expected.request)) has \(problem) in its event stream, expected \(expected.state)")
+            }
+        }
+    }
+
+    /// What is wrong with `outcome` for the model's task `expected`; `nil` when it is right.
+    private func outcomeMismatch(_ outcome: TaskObservation.Outcome?, _ expected: ModelTask, _ model: GraphModel) -> String? {
+        switch (expected.state, outcome) {
+        case (.succeeded(let fromMemory), .response(let response)?):
+            if response.image != GraphUniverse.image(for: expected.request.key) {
+                return "a wrong image (\(GraphUniverse.key(of: response.image).map { "\($0)" } ?? "unknown"))"
+            }
+            if response.cacheType != (fromMemory ? .memory : nil) {
+                return "cacheType \(String(describing: response.cacheType)), expected \(fromMemory ? "memory" : "none")"
+            }
+            return nil
+        case (.succeeded, .data(let data)?):
+            return data == GraphUniverse.body(expected.request.url) ? nil : "wrong bytes \(Array(data))"
+        case (.failed(let error), .error(let thrown)?):
+            return errorMismatch(thrown, error, model)
+        case (.cancelled, .error(let thrown)?):
+            return thrown.code == .cancelled ? nil : "\(thrown) instead of cancelled"
+        case (.invalidated, .error(let thrown)?):
+            return thrown.code == .pipelineInvalidated ? nil : "\(thrown) instead of pipelineInvalidated"
+        default:
+            return String(describing: outcome)
         }
     }
 
