@@ -1,6 +1,11 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import Lumen
+import LumenTestSupport
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 // A randomized, model-based test of the work graph, written from issue 3 and DESIGN §1–2: for
 // each seed, one pipeline (memory cache on or off, disk cache off, coalescing on) runs a random
@@ -54,5 +59,62 @@ struct GraphModelTests {
             }
         }
         return nil
+    }
+}
+
+// MARK: - Defects the model found
+
+/// A loader that holds every load (a suspended ``MockDataLoader``) and records, when a load is
+/// told to stop, how many items its download queue still holds.
+private final class QueueProbeLoader: DataLoading {
+    let mock = MockDataLoader()
+    private let queue: WorkQueue
+    private let pending = PendingCounts()
+
+    init(queue: WorkQueue) { self.queue = queue }
+
+    /// The queue's pending count at each cancellation of a running load.
+    var pendingCountsAtCancellation: [Int] { pending.values }
+
+    func loadData(for request: URLRequest, didReceive: @Sendable (Data, URLResponse) throws -> Void) async throws -> URLResponse {
+        try await withTaskCancellationHandler {
+            try await mock.loadData(for: request, didReceive: didReceive)
+        } onCancel: { [queue, pending] in
+            pending.append(queue.pendingCount)
+        }
+    }
+}
+
+/// Counts recorded from cancellation handlers.
+private final class PendingCounts: Sendable {
+    private let counts = Mutex<[Int]>([])
+    var values: [Int] { counts.withLock { $0 } }
+    func append(_ count: Int) { counts.withLock { $0.append(count) } }
+}
+
+@Suite(.timeLimit(.minutes(1)))
+struct GraphModelFindingTests {
+    /// Seed 279: `invalidate()` cancelled a running download and a queued one, but the queued
+    /// one left its queue only after the graph's lock was released, after the running one was
+    /// told to stop; the running one's slot freed meanwhile and the queue started the cancelled
+    /// download — a network request for work nobody needed any more.
+    @Test func invalidateTakesQueuedDownloadsOutBeforeRunningOnesStop() async throws {
+        let queue = WorkQueue(name: "finding.data", maxConcurrentCount: 1, execution: .tasks)
+        let loader = QueueProbeLoader(queue: queue)
+        loader.mock.isSuspended = true
+        var configuration = ImagePipeline.Configuration(dataLoader: loader)
+        configuration.decoder = TrivialImageDecoder()
+        configuration.dataLoadingQueue = queue
+        let pipeline = ImagePipeline(configuration: configuration)
+        let running = pipeline.imageTask(with: ImageRequest(url: PipelineURLs.a))
+        await loader.mock.waitForLoads(1)
+        let queued = pipeline.imageTask(with: ImageRequest(url: PipelineURLs.b))
+        #expect(queue.pendingCount == 1)
+        pipeline.invalidate()
+        #expect(loader.pendingCountsAtCancellation == [0], "the queued download was still in its queue")
+        await loader.mock.waitForCancellations(1)
+        await pipeline.waitForMetrics { $0.liveTasks == 0 && $0.networkRequestsInFlight == 0 }
+        #expect(loader.mock.loadCount == 1)
+        #expect(running.state == .cancelled && queued.state == .cancelled)
     }
 }

@@ -264,7 +264,16 @@ public final class WorkQueue: Sendable {
     /// Removes a pending item (it never runs); cancels the task of a running async item and the
     /// cancellation a running item was enqueued with.
     func cancel(_ item: Item) {
-        let task: Task<Void, Never>? = state.withLock { state in
+        withdraw(item)?.cancel()
+    }
+
+    /// ``cancel(_:)`` but for the Swift task of a running async item, which it answers: the
+    /// caller cancels it once it holds no lock (cancelling a task runs its cancellation
+    /// handlers). Everything else — a pending item leaving the queue, the cancellation a running
+    /// item was enqueued with — is done before it returns, so it may be called under the graph's
+    /// lock (lock order: graph, then queue).
+    func withdraw(_ item: Item) -> Task<Void, Never>? {
+        state.withLock { state in
             switch item.state {
             case .pending:
                 item.state = .cancelled
@@ -285,7 +294,6 @@ public final class WorkQueue: Sendable {
                 return nil
             }
         }
-        task?.cancel()
     }
 
     /// Starts pending items while there is room; answers the started tasks whose cancellation

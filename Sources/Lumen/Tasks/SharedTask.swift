@@ -245,9 +245,11 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
 
     /// The last subscriber left: stop the operation, release the dependency.
     private func cancel() {
-        if let operation {
-            // Cancelling a running Swift task runs its cancellation handlers: not under the lock.
-            graph.afterUnlock { operation.queue.cancel(operation.item) }
+        // Out of its queue at once: a queued operation left there until the lock is released
+        // could be started meanwhile by another thread whose item just finished. Only cancelling
+        // a running Swift task, which runs its cancellation handlers, waits for the unlock.
+        if let operation, let task = operation.queue.withdraw(operation.item) {
+            graph.cancelAfterUnlock([task])
         }
         dispose()
         graph.count(stage) { $0.cancelled += 1 }
