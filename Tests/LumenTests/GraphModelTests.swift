@@ -117,4 +117,43 @@ struct GraphModelFindingTests {
         #expect(loader.mock.loadCount == 1)
         #expect(running.state == .cancelled && queued.state == .cancelled)
     }
+
+    /// Seed 790 (after the fix above): cancelling a running download handed its Swift task to
+    /// be cancelled after the graph's lock, but the queue's runner task, finishing that
+    /// download meanwhile, went on with the next queued download in the same Swift task — so
+    /// the late cancellation stopped a download a live request of another pipeline (sharing
+    /// the queue) still needed, and that request failed as cancelled.
+    @Test func cancellingADownloadNeverStopsTheNextOneItsRunnerTakes() async throws {
+        let queue = WorkQueue(name: "finding.shared", maxConcurrentCount: 1, execution: .tasks)
+        let calls = HeldCalls()
+        func configuration(logger: (@Sendable (String) -> Void)? = nil) -> ImagePipeline.Configuration {
+            var configuration = ImagePipeline.Configuration(dataLoader: HeldLoader(calls: calls))
+            configuration.decoder = TrivialImageDecoder()
+            configuration.dataLoadingQueue = queue
+            configuration.logger = logger
+            return configuration
+        }
+        // `invalidate()` logs before it cancels anything; the log runs after the graph's lock,
+        // before the cancellation of the running download's task: there the running download
+        // ends on its own and the queue's runner takes the other pipeline's download.
+        let invalidated = ImagePipeline(configuration: configuration { _ in
+            calls.give(.succeed, to: 0)
+            calls.waitForCalls(2)
+        })
+        let other = ImagePipeline(configuration: configuration())
+        let cancelled = invalidated.imageTask(with: ImageRequest(url: GraphUniverse.url(0)))
+        while calls.snapshot.isEmpty { await Task.yield() }
+        let live = other.imageTask(with: ImageRequest(url: GraphUniverse.url(1)))
+        #expect(queue.pendingCount == 1)
+        // On a thread of its own: the log blocks until the runner took the next download.
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            Thread {
+                invalidated.invalidate()
+                continuation.resume()
+            }.start()
+        }
+        calls.give(.succeed, to: 1)
+        _ = try await live.response
+        #expect(cancelled.state == .cancelled)
+    }
 }

@@ -287,9 +287,11 @@ public final class WorkQueue: Sendable {
                     item.isCancellationRequested = true // about to get its runner, or on a worker thread
                     return nil
                 }
-                if let task = runner.task { return task }
-                runner.isCancellationRequested = true // `attach` cancels the task
-                return nil
+                // Set even when the task is answered: the caller cancels it later, and a runner
+                // that went on with the next item meanwhile would carry the cancellation to it.
+                // Flagged, the runner ends with this item (`attach` cancels a task not attached yet).
+                runner.isCancellationRequested = true
+                return runner.task
             case .finished, .cancelled:
                 return nil
             }
