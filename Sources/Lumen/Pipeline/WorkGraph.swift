@@ -187,6 +187,30 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         }
     }
 
+    // MARK: - Inspection
+
+    /// One pooled stage task as tests see it (``pooledTasks()``).
+    struct PooledTask: Sendable, Hashable {
+        /// The task's priority: the maximum over its live subscribers.
+        var priority: ImageRequest.Priority
+        /// The priority its queued or running operation has in its queue; `nil` while it has
+        /// none (it waits for the stage below).
+        var operationPriority: ImageRequest.Priority?
+        /// Its live subscribers.
+        var subscriberCount: Int
+    }
+
+    /// Every task in the stage pools, by key: lets tests compare the graph with a model of it
+    /// (which work is shared, at which priority) without going through timing. Takes the lock.
+    func pooledTasks() -> (fetch: [FetchKey: PooledTask], decode: [DecodeKey: PooledTask], process: [ProcessKey: PooledTask]) {
+        func describe<Value>(_ task: SharedTask<Value>) -> PooledTask {
+            PooledTask(
+                priority: task.priority, operationPriority: task.operation.map { $0.queue.priority(of: $0.item) },
+                subscriberCount: task.subscriberCount)
+        }
+        return sync { (fetchPool.mapValues(describe), decodePool.mapValues(describe), processPool.mapValues(describe)) }
+    }
+
     // MARK: - Stage tasks
 
     /// Every key of `request`, and the longest processor prefix the memory cache holds.

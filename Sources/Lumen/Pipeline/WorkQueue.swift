@@ -256,10 +256,24 @@ public final class WorkQueue: Sendable {
         }
     }
 
+    /// The priority `item` has in this queue (the last one ``setPriority(_:_:)`` gave it).
+    func priority(of item: Item) -> ImageRequest.Priority {
+        state.withLock { _ in item.priority }
+    }
+
     /// Removes a pending item (it never runs); cancels the task of a running async item and the
     /// cancellation a running item was enqueued with.
     func cancel(_ item: Item) {
-        let task: Task<Void, Never>? = state.withLock { state in
+        withdraw(item)?.cancel()
+    }
+
+    /// ``cancel(_:)`` but for the Swift task of a running async item, which it answers: the
+    /// caller cancels it once it holds no lock (cancelling a task runs its cancellation
+    /// handlers). Everything else — a pending item leaving the queue, the cancellation a running
+    /// item was enqueued with — is done before it returns, so it may be called under the graph's
+    /// lock (lock order: graph, then queue).
+    func withdraw(_ item: Item) -> Task<Void, Never>? {
+        state.withLock { state in
             switch item.state {
             case .pending:
                 item.state = .cancelled
@@ -273,14 +287,15 @@ public final class WorkQueue: Sendable {
                     item.isCancellationRequested = true // about to get its runner, or on a worker thread
                     return nil
                 }
-                if let task = runner.task { return task }
-                runner.isCancellationRequested = true // `attach` cancels the task
-                return nil
+                // Set even when the task is answered: the caller cancels it later, and a runner
+                // that went on with the next item meanwhile would carry the cancellation to it.
+                // Flagged, the runner ends with this item (`attach` cancels a task not attached yet).
+                runner.isCancellationRequested = true
+                return runner.task
             case .finished, .cancelled:
                 return nil
             }
         }
-        task?.cancel()
     }
 
     /// Starts pending items while there is room; answers the started tasks whose cancellation

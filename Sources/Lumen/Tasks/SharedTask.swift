@@ -92,7 +92,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     @exclusivity(unchecked) private var subscribers = Slots()
     /// Slots cleared by subscribers that left, for reuse.
     @exclusivity(unchecked) private var freeSlots: [Int] = []
-    @exclusivity(unchecked) private var subscriberCount = 0
+    @exclusivity(unchecked) private(set) var subscriberCount = 0
     @exclusivity(unchecked) private var nextID = 0
     /// Live subscribers per priority level (inline: no array allocated per task).
     @exclusivity(unchecked) private var priorityCounts = InlineArray<5, Int>(repeating: 0)
@@ -245,9 +245,11 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
 
     /// The last subscriber left: stop the operation, release the dependency.
     private func cancel() {
-        if let operation {
-            // Cancelling a running Swift task runs its cancellation handlers: not under the lock.
-            graph.afterUnlock { operation.queue.cancel(operation.item) }
+        // Out of its queue at once: a queued operation left there until the lock is released
+        // could be started meanwhile by another thread whose item just finished. Only cancelling
+        // a running Swift task, which runs its cancellation handlers, waits for the unlock.
+        if let operation, let task = operation.queue.withdraw(operation.item) {
+            graph.cancelAfterUnlock([task])
         }
         dispose()
         graph.count(stage) { $0.cancelled += 1 }
