@@ -21,6 +21,8 @@ struct GraphModel {
     private(set) var counts: [ImagePipeline.Stage: ModelStageCounts] = [.fetch: .init(), .decode: .init(), .process: .init()]
     private(set) var bytesDownloaded = 0
     private(set) var decodesInterrupted = 0
+    /// Images stored in the memory cache.
+    private(set) var memoryWrites = 0
     /// Fetch nodes pending in the download queue, with their place in it.
     private(set) var pendingLoads: [(node: Int, sequence: Int)] = []
     private var runningLoads = 0
@@ -123,7 +125,10 @@ struct GraphModel {
             guard calls[index].state == .succeeded else { return }
             let node = nodes[calls[index].node]
             // Stored for the requests that asked, even when the stage was cancelled meanwhile.
-            if isMemoryCacheEnabled && node.requestedFinal { memory.insert(node.key) }
+            if isMemoryCacheEnabled && node.requestedFinal {
+                memory.insert(node.key)
+                memoryWrites += 1
+            }
         case .finish(let index):
             if calls[index].state == .cancelled {
                 decodesInterrupted += 1

@@ -29,14 +29,24 @@ struct TaskObservation: Sendable {
 /// The observations of every task of a run, written by observer Swift tasks.
 final class TaskObservations: Sendable {
     private let state = Mutex<[Int: TaskObservation]>([:])
+    /// Told of every observation.
+    let signal: ChangeSignal
+
+    init(signal: ChangeSignal) { self.signal = signal }
+
+    /// Changes the observation of task `index`, then tells ``signal``.
+    private func change(_ index: Int, _ body: (inout TaskObservation) -> Void) {
+        state.withLock { body(&$0[index, default: .init()]) }
+        signal.bump()
+    }
 
     subscript(task: Int) -> TaskObservation { state.withLock { $0[task] ?? TaskObservation() } }
 
     /// Records `outcome` under `index`.
     func record(_ outcome: TaskObservation.Outcome, as index: Int) {
-        state.withLock {
-            $0[index, default: .init()].outcome = outcome
-            $0[index, default: .init()].responses += 1
+        change(index) {
+            $0.outcome = outcome
+            $0.responses += 1
         }
     }
 
@@ -71,8 +81,8 @@ final class TaskObservations: Sendable {
     func observe(_ task: ImageTask, as index: Int) {
         let events = task.events
         Task {
-            for await event in events { state.withLock { $0[index, default: .init()].events.append(event) } }
-            state.withLock { $0[index, default: .init()].isStreamFinished = true }
+            for await event in events { change(index) { $0.events.append(event) } }
+            change(index) { $0.isStreamFinished = true }
         }
         Task {
             do {

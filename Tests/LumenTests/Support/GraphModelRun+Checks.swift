@@ -14,6 +14,9 @@ extension GraphModelRun {
         var rejections: [String] = []
         let deadline = ContinuousClock.now + .seconds(10)
         while true {
+            // Read before looking: a change after the look wakes the wait below.
+            let version = calls.signal.version
+            let metrics = pipeline.metrics
             wakeCancelledDecodes()
             var pending: String?
             var index = 0
@@ -44,7 +47,25 @@ extension GraphModelRun {
                 throw failure("the pipeline never reached the model's state: \(pending ?? "")\n  pipeline: \(pipeline.metrics.liveRequests) requests, "
                               + "pools \(pools.fetch.keys) \(pools.decode.keys) \(pools.process.keys), calls \(calls.snapshot.map { "\($0.id) \($0.key) \($0.state)" })")
             }
-            await Task.yield()
+            // An item's end comes with no change to wake on: then look again soon.
+            let isQueueLate = pending?.hasPrefix(Self.queueMismatch) ?? false
+            await waitForChange(after: version, metrics: metrics, until: isQueueLate ? min(deadline, .now + .milliseconds(1)) : deadline)
+        }
+    }
+
+    /// How ``unsettled(_:)`` begins the reason when only a queue's counts lag.
+    static let queueMismatch = "(queue) "
+
+    /// Returns once a held call, a task's observation or the pipeline's metrics changed since
+    /// `version` and `metrics` were read, or at `deadline` (a hang guard: the caller then
+    /// reports what it still waits for).
+    func waitForChange(after version: Int, metrics: ImagePipeline.Metrics, until deadline: ContinuousClock.Instant) async {
+        await withTaskGroup(of: Void.self) { [calls, pipeline] group in
+            group.addTask { await calls.signal.wait(after: version) }
+            group.addTask { await pipeline.waitForMetrics { $0 != metrics } }
+            group.addTask { try? await Task.sleep(until: deadline) }
+            await group.next()
+            group.cancelAll()
         }
     }
 
@@ -94,19 +115,36 @@ extension GraphModelRun {
         // `image(for:)` subscribes from its own Swift task: wait until the graph counts it.
         let metrics = pipeline.metrics
         if metrics.liveRequests != model.liveRequests { return "\(metrics.liveRequests) live requests, expected \(model.liveRequests)" }
-        for stage in ImagePipeline.Stage.allCases where metrics[stage].started + metrics[stage].joined
-            != model.counts[stage]!.started + model.counts[stage]!.joined {
-            return "\(stage) subscriptions \(metrics[stage]), expected \(model.counts[stage]!)"
+        // A stage's counters are published as its critical section ends, possibly after the
+        // work it queued has started (a processor called before its input's decode is counted).
+        for stage in ImagePipeline.Stage.allCases where Self.counts(metrics[stage]) != model.counts[stage]! {
+            return "\(stage) metrics \(metrics[stage]), expected \(model.counts[stage]!)"
         }
+        // Counted after the work's last visible step: a cancelled load's end, an interrupted
+        // decode, an image stored by a cancelled processing.
+        let counted = [
+            ("loads in flight", metrics.networkRequestsInFlight, model.heldCalls(.fetch).count),
+            ("interrupted decodes", metrics.decodesInterrupted, model.decodesInterrupted),
+            ("memory writes", metrics.memoryCache.writes, model.memoryWrites),
+        ]
+        for (name, actual, expected) in counted where actual != expected { return "\(name) \(actual), expected \(expected)" }
+        // Last: work admitted to a queue shows there at once (its held call may not have arrived
+        // yet), and an item ends just after its work's last visible step.
         let queues = [
             ("download", GraphModelQueues.data, model.heldCalls(.fetch).count, model.pendingLoads.count),
             ("decode", GraphModelQueues.decode, model.heldCalls(.decode).count, 0),
             ("process", GraphModelQueues.process, model.heldCalls(.process).count, 0),
         ]
         for (name, queue, running, pending) in queues where queue.runningCount != running || queue.pendingCount != pending {
-            return "\(name) queue runs \(queue.runningCount) and holds \(queue.pendingCount), expected \(running) and \(pending)"
+            return Self.queueMismatch + "\(name) queue runs \(queue.runningCount) and holds \(queue.pendingCount), expected \(running) and \(pending)"
         }
         return nil
+    }
+
+    /// A stage's counters in the model's terms.
+    static func counts(_ metrics: ImagePipeline.Metrics.StageMetrics) -> ModelStageCounts {
+        ModelStageCounts(started: metrics.started, joined: metrics.joined, completed: metrics.completed,
+                         failed: metrics.failed, cancelled: metrics.cancelled)
     }
 
     /// Compares the settled pipeline with the model.
@@ -193,11 +231,8 @@ extension GraphModelRun {
     fileprivate func compareMetrics(_ model: GraphModel) throws {
         let metrics = pipeline.metrics
         let observed = calls.snapshot
-        for stage in ImagePipeline.Stage.allCases {
-            let counts = metrics[stage]
-            let actual = ModelStageCounts(started: counts.started, joined: counts.joined, completed: counts.completed,
-                                          failed: counts.failed, cancelled: counts.cancelled)
-            if actual != model.counts[stage] { throw failure("\(stage) metrics \(actual), expected \(model.counts[stage]!)") }
+        for stage in ImagePipeline.Stage.allCases where Self.counts(metrics[stage]) != model.counts[stage]! {
+            throw failure("\(stage) metrics \(metrics[stage]), expected \(model.counts[stage]!)")
         }
         let expected = [
             ("network requests", metrics.networkRequestsStarted, observed.count { $0.stage == .fetch }),
@@ -275,9 +310,17 @@ extension GraphModelRun {
     /// Once every task ended: no work left, nothing registered, every stage balanced.
     func checkEmpty() async throws {
         let deadline = ContinuousClock.now + .seconds(10)
-        while pipeline.metrics.liveTasks != 0 || GraphModelQueues.data.runningCount != 0 {
-            if ContinuousClock.now > deadline { throw failure("\(pipeline.metrics.liveTasks) graph tasks are still alive at the end") }
-            await Task.yield()
+        while true {
+            let version = calls.signal.version
+            let metrics = pipeline.metrics
+            let queues = [GraphModelQueues.data, GraphModelQueues.decode, GraphModelQueues.process]
+            if metrics.liveTasks == 0 && queues.allSatisfy({ $0.runningCount == 0 }) { break }
+            if ContinuousClock.now > deadline {
+                throw failure("at the end \(metrics.liveTasks) graph tasks are alive, \(queues.map(\.runningCount)) items running")
+            }
+            // A queue's item ends before its work, which holds the graph's task, is released:
+            // the last live task's release (a metrics change) comes after every item's end.
+            await waitForChange(after: version, metrics: metrics, until: deadline)
         }
         let metrics = pipeline.metrics
         for stage in ImagePipeline.Stage.allCases {

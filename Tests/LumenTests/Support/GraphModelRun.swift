@@ -21,7 +21,7 @@ final class GraphModelRun {
     private let processors: [String: HeldProcessor]
     let urlCount: Int
     var tasks: [TaskHandle] = []
-    let observations = TaskObservations()
+    let observations: TaskObservations
     var log: [String] = []
     /// Held calls (by id) given the command that ends them.
     var commanded: Set<Int> = []
@@ -43,6 +43,7 @@ final class GraphModelRun {
         var processors: [String: HeldProcessor] = [:]
         for name in ["a", "b", "c"] { processors[name] = HeldProcessor(name: name, calls: calls) }
         self.processors = processors
+        observations = TaskObservations(signal: calls.signal)
         GraphModelQueues.data.maxConcurrentCount = limit
         var configuration = ImagePipeline.Configuration(dataLoader: HeldLoader(calls: calls))
         configuration.decoder = HeldDecoder(calls: calls)
