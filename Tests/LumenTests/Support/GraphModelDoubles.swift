@@ -159,7 +159,7 @@ struct HeldCall: Sendable {
 }
 
 /// Wakes whoever waits for something a run observes to change (held calls, task outcomes).
-final class ChangeSignal: Sendable {
+final class GraphChangeSignal: Sendable {
     private struct State {
         var version = 0
         var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
@@ -212,7 +212,7 @@ final class ChangeSignal: Sendable {
 /// The calls of one run, each held until the test gives it a command.
 final class HeldCalls: @unchecked Sendable { // state guarded by `condition`
     /// Told of every new call and every change of a call.
-    let signal = ChangeSignal()
+    let signal = GraphChangeSignal()
     private let condition = NSCondition()
     private var calls: [HeldCall] = []
     private var commands: [Int: HeldCallCommand] = [:]

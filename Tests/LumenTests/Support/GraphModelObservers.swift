@@ -30,9 +30,9 @@ struct TaskObservation: Sendable {
 final class TaskObservations: Sendable {
     private let state = Mutex<[Int: TaskObservation]>([:])
     /// Told of every observation.
-    let signal: ChangeSignal
+    let signal: GraphChangeSignal
 
-    init(signal: ChangeSignal) { self.signal = signal }
+    init(signal: GraphChangeSignal) { self.signal = signal }
 
     /// Changes the observation of task `index`, then tells ``signal``.
     private func change(_ index: Int, _ body: (inout TaskObservation) -> Void) {
