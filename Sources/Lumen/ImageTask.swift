@@ -195,8 +195,10 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
 
     /// The task's events: progress (and previews, when progressive decoding is on), then
     /// `.finished`. A stream created while bytes are arriving starts with the progress so far
-    /// (a download held part-way still shows where it stands); one created after the task
-    /// ended yields only `.finished`.
+    /// (a download held part-way still shows where it stands), and the first stream in the
+    /// pipeline also gets a preview of the newest scan that arrived while none was open (a
+    /// stream opened a moment after the task started misses no preview); one created after
+    /// the task ended yields only `.finished`.
     ///
     /// The stream holds at most the 32 newest unread events: progress is
     /// cumulative, so a reader that falls behind skips older steps and still gets the latest,
@@ -210,12 +212,12 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
             nextStreamID += 1
             let id = nextStreamID
             streams[id] = continuation
-            graph.previewReaders += 1
+            graph.addPreviewReader()
             continuation.onTermination = { [weak self] _ in
                 guard let self else { return }
                 let removed = self.graph.sync {
                     let removed = self.streams.removeValue(forKey: id)
-                    if removed != nil { self.graph.previewReaders -= 1 }
+                    if removed != nil { self.graph.removePreviewReaders() }
                     return removed
                 }
                 _ = removed // released here, outside the lock
@@ -407,7 +409,7 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         // result.
         if !streams.isEmpty {
             let streams = Array(self.streams.values)
-            graph.previewReaders -= streams.count
+            graph.removePreviewReaders(streams.count)
             self.streams = [:]
             if let finished = result {
                 for stream in streams { stream.yield(.finished(finished)) }

@@ -192,6 +192,53 @@ struct ProgressiveDecodingTests {
         withExtendedLifetime(events) {}
     }
 
+    /// A stream opened after a scan arrived unwatched (the task starts at once; `events` may
+    /// come a moment later) gets the preview of that scan: the skipped one is decoded when the
+    /// stream opens, and only then.
+    @Test func aStreamOpenedAfterAnUnwatchedScanStillGetsItsPreview() async throws {
+        let setup = Setup()
+        let jpeg = try Self.jpeg(progressive: true)
+        setup.loader.serve(jpeg, for: Self.url, splitAt: Self.scanBoundaries(jpeg, count: 2))
+        let task = setup.pipeline.imageTask(with: ImageRequest(url: Self.url))
+
+        setup.loader.releaseChunks(2)  // two scans, complete, nobody watching
+        await setup.loader.waitForChunks(2)
+        #expect(setup.decodingQueue.pendingCount == 0 && setup.pipeline.metrics.previewDecodes == 0)
+
+        var events = task.events.makeAsyncIterator() // the rest of the body is still held
+        let preview = try #require(await Self.nextPreview(&events))
+        #expect(preview.isPreview && preview.image.width == 320)
+        #expect(setup.pipeline.metrics.previewDecodes == 1) // the newest skipped scan only
+
+        setup.loader.holdsChunks = false
+        let (later, result) = await Self.rest(&events)
+        #expect(later.isEmpty)
+        #expect(try result?.get().isPreview == false)
+        #expect(setup.pipeline.metrics.previewDecodes == 1)
+    }
+
+    /// A skipped preview is dropped once the final bytes arrive: a stream opened then sees only
+    /// the final image.
+    @Test func aSkippedPreviewIsDroppedWhenTheFinalBytesArrive() async throws {
+        let setup = Setup()
+        let jpeg = try Self.jpeg(progressive: true)
+        setup.loader.serve(jpeg, for: Self.url, splitAt: Self.scanBoundaries(jpeg, count: 1))
+        setup.decodingQueue.isSuspended = true // the final decode waits
+        let task = setup.pipeline.imageTask(with: ImageRequest(url: Self.url))
+        setup.loader.holdsChunks = false
+        await setup.loader.waitForChunks(2)
+        await setup.pipeline.waitForMetrics { $0.fetch.completed == 1 }
+        #expect(setup.decodingQueue.pendingCount == 1) // the final decode
+
+        var events = task.events.makeAsyncIterator()
+        #expect(setup.decodingQueue.pendingCount == 1) // no preview joined it
+        setup.decodingQueue.isSuspended = false
+        let (previews, result) = await Self.rest(&events)
+        #expect(previews.isEmpty)
+        #expect(try result?.get().isPreview == false)
+        #expect(setup.pipeline.metrics.previewDecodes == 0)
+    }
+
     @Test func previewsAreDecodedAtTheDecodeSizeAndProcessed() async throws {
         let setup = Setup()
         let jpeg = try Self.jpeg(progressive: true)

@@ -7,6 +7,9 @@ final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded b
     let key: DecodeKey
     /// A larger decode of the same image to resample instead of fetching and decoding.
     private let source: ImageContainer?
+    /// The newest progressive preview's bytes that arrived while no `events` stream was open
+    /// (see ``WorkGraph/addPreviewReader()``).
+    @exclusivity(unchecked) var skippedPreview: FetchedData?
 
     init(graph: WorkGraph, request: ImageRequest, key: DecodeKey, cacheKeys: RequestCacheKeys?, isFinal: Bool, source: ImageContainer? = nil) {
         self.key = key
@@ -36,9 +39,12 @@ final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded b
             switch event {
             case .progress(let progress): send(progress: progress)
             case .preview(let partial): decodePreview(partial)
-            case .failure(let error): fail(error)
+            case .failure(let error):
+                dropSkippedPreview()
+                fail(error)
             case .value(let fetched):
                 dependency = nil
+                dropSkippedPreview()
                 supersedePreviews()
                 decode(fetched)
             }

@@ -92,8 +92,14 @@ extension DecodeTask {
     /// Schedules a preview decode of `partial` (the body so far at a new scan boundary) at
     /// the request's decode size. Must hold the graph's lock.
     func decodePreview(_ partial: FetchedData) {
-        // Nobody could show it: no task has an `events` stream open.
-        guard graph.previewReaders > 0 else { return }
+        // Nobody could show it yet: no task has an `events` stream open. Kept (the newest
+        // only) for a stream opened before the next scan or the final bytes arrive.
+        guard graph.previewReaders > 0 else {
+            if skippedPreview == nil { graph.previewSkipped(by: self) }
+            skippedPreview = partial
+            return
+        }
+        dropSkippedPreview()
         let configuration = graph.configuration
         let options = DecodeOptions(size: request.thumbnail, maximumPixelCount: configuration.maximumDecodedPixelCount)
         let context = ImageDecodingContext(request: request, urlResponse: partial.urlResponse, options: options)
@@ -113,6 +119,23 @@ extension DecodeTask {
                 return nil
             }
         }
+    }
+
+    /// A stream opened: decodes the preview skipped while none was, unless the final bytes
+    /// came meanwhile. Must hold the graph's lock.
+    func decodeSkippedPreview() {
+        guard let partial = skippedPreview else { return }
+        skippedPreview = nil
+        guard !isDisposed, previews?.isSuperseded != true else { return }
+        decodePreview(partial)
+    }
+
+    /// Forgets a skipped preview (a newer one is decoded, or the final bytes came). Must hold
+    /// the graph's lock.
+    func dropSkippedPreview() {
+        guard skippedPreview != nil else { return }
+        skippedPreview = nil
+        graph.previewNoLongerSkipped(by: self)
     }
 }
 
