@@ -130,6 +130,25 @@ struct BackgroundQueueTests {
         #expect(queue.runsLowered != true)
     }
 
+    /// A waiter on an idle queue starts no low-priority thread at all: its job runs at normal
+    /// priority from the start (a niced thread started first could take the job before the
+    /// hand-over, and keep the waiter for as long as the machine stays saturated).
+    @Test func aWaiterOnAnIdleQueueRunsItsJobAtNormalPriority() {
+        let queue = BackgroundQueue(name: "test")
+        for _ in 0..<20 {
+            let niceness = Mutex<Int32?>(nil)
+            let lowered = Mutex<Bool?>(nil)
+            queue.sync {
+                niceness.withLock { $0 = Self.niceness() }
+                lowered.withLock { $0 = queue.runsLowered }
+            }
+            #if os(Linux)
+            #expect(niceness.withLock { $0 } == Self.niceness())
+            #endif
+            #expect(lowered.withLock { $0 } == false)
+        }
+    }
+
     /// What a job captured is let go once it ran, not when the queue next empties.
     @Test func aJobsCapturesAreReleasedOnceItRan() {
         final class Token: Sendable {}
