@@ -417,8 +417,7 @@ public final class DataCache: DataCaching {
     /// at normal priority meanwhile.
     public func flush() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            queue.async { continuation.resume() }
-            queue.expedite()
+            queue.async(expedited: true) { continuation.resume() }
         }
     }
 

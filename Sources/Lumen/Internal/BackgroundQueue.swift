@@ -51,27 +51,23 @@ final class BackgroundQueue: @unchecked Sendable { // mutable state is guarded b
         Self.exitHandler
     }
 
-    /// Queues `job`; `cost` counts towards the backlog (bytes the job holds, say) until it runs.
-    func async(cost: Int = 0, _ job: @escaping @Sendable () -> Void) {
-        enqueue(cost: cost, expedited: false, job)
-    }
-
     /// Runs `job` after every job queued before it, and waits for it (at normal priority:
     /// see ``expedite()``). Never call it from a job.
     func sync(_ job: @escaping @Sendable () -> Void) {
         let done = DispatchSemaphore(value: 0)
-        enqueue(cost: 0, expedited: true) {
+        async(expedited: true) {
             job()
             done.signal()
         }
         done.wait()
     }
 
-    /// Queues `job`. `expedited`: somebody waits for it, so it and the jobs before it run at
-    /// normal priority — decided with the queuing, in one critical section: a low-priority
-    /// thread started for it first could take it before a later hand-over, and keep the
-    /// waiter for as long as the machine stays saturated.
-    private func enqueue(cost: Int, expedited: Bool, _ job: @escaping @Sendable () -> Void) {
+    /// Queues `job`; `cost` counts towards the backlog (bytes the job holds, say) until it runs.
+    /// `expedited`: somebody waits for it, so it and the jobs before it run at normal priority
+    /// (see ``expedite()``) — decided with the queuing, in one critical section: a
+    /// low-priority thread started for it first could take it before a later hand-over, and
+    /// keep the waiter for as long as the machine stays saturated.
+    func async(cost: Int = 0, expedited: Bool = false, _ job: @escaping @Sendable () -> Void) {
         if Self.exit.isExiting.load(ordering: .sequentiallyConsistent) {
             job()
             return
