@@ -11,8 +11,7 @@ import Synchronization
 /// cancelled when the item is (a task whose item ends goes on with the next pending item).
 ///
 /// Share a queue between pipelines to share its limit. Set ``isSuspended`` to hold items
-/// pending (tests use this to observe priorities). Tests wait for the queue to change with
-/// ``waitForChange(after:)`` instead of polling its counts.
+/// pending (tests use this to observe priorities).
 public final class WorkQueue: Sendable {
     /// Where admitted items run.
     public enum Execution: Sendable {
