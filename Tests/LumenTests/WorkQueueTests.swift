@@ -91,6 +91,51 @@ struct WorkQueueTests {
         #expect(queue.pendingCount == 0)
         for _ in 0..<3 { secondGate.signal() }
     }
+
+    @Test func insertingReprioritisingWithdrawingAdmittingAndFinishingAreChanges() async {
+        let queue = WorkQueue(name: "test", maxConcurrentCount: 1, execution: .tasks)
+        queue.isSuspended = true
+        let gate = DispatchSemaphore(value: 0)
+        var count = queue.changeCount
+        let held = queue.enqueue(priority: .normal) { await gate.waitOffThePool() } as WorkQueue.Item
+        #expect(queue.changeCount > count, "inserted")
+        count = queue.changeCount
+        queue.setPriority(held, .high)
+        #expect(queue.changeCount > count, "re-prioritised")
+        count = queue.changeCount
+        queue.setPriority(held, .high)
+        #expect(queue.changeCount == count, "the same priority again changes nothing")
+        let other = queue.enqueue(priority: .low) {} as WorkQueue.Item
+        count = queue.changeCount
+        queue.cancel(other)
+        #expect(queue.changeCount > count, "withdrawn")
+        count = queue.changeCount
+        queue.isSuspended = false
+        #expect(queue.changeCount > count, "admitted")
+        #expect(queue.runningCount == 1)
+        // The item's end wakes a waiter (without it this would wait until the time limit).
+        gate.signal()
+        while true {
+            let version = queue.changeCount
+            if queue.runningCount == 0 { break }
+            await queue.waitForChange(after: version)
+        }
+        #expect(queue.pendingCount == 0)
+    }
+
+    @Test func waitingForAChangeReturnsAtOnceAfterOneAndWhenCancelled() async {
+        let queue = WorkQueue(name: "test", maxConcurrentCount: 1, execution: .threads)
+        queue.isSuspended = true
+        let before = queue.changeCount
+        _ = queue.enqueue(priority: .normal) {} as WorkQueue.Item
+        await queue.waitForChange(after: before)
+        // Nothing changes after this: only the cancellation can end the wait.
+        let now = queue.changeCount
+        let waiter = Task { await queue.waitForChange(after: now) }
+        waiter.cancel()
+        await waiter.value
+        #expect(queue.changeCount == now)
+    }
 }
 
 extension DispatchSemaphore {

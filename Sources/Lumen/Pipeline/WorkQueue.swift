@@ -76,6 +76,14 @@ public final class WorkQueue: Sendable {
         var sequence = 0
         /// Entries from the heads on, valid or stale.
         var entries = 0
+        /// Changes so far: bumped when an item is inserted, re-prioritised, admitted, finished
+        /// or withdrawn (see ``WorkQueue/changeCount``).
+        var changes = 0
+        /// Tasks in ``WorkQueue/waitForChange(after:)``, by waiter id; all of them are due at
+        /// the next change (a waiter registers only while nothing changed after its version).
+        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
+        /// The id of the latest waiter (ids let a cancelled waiter find its continuation).
+        var nextWaiterID = 0
 
         init(maxConcurrentCount: Int) {
             self.maxConcurrentCount = maxConcurrentCount
@@ -84,6 +92,7 @@ public final class WorkQueue: Sendable {
         }
 
         mutating func insert(_ item: Item) {
+            changes += 1
             sequence += 1
             item.sequence = sequence
             levels[item.priority.rawValue].append((item, sequence))
@@ -143,12 +152,33 @@ public final class WorkQueue: Sendable {
             item.job = nil
             pending -= 1
             running += 1
+            changes += 1
             return (item, job)
+        }
+
+        /// The waiters to resume when the critical section that began at change count
+        /// `before` changed the queue: `nil` (touching nothing) when nobody waits.
+        mutating func dueWaiters(since before: Int) -> [CheckedContinuation<Void, Never>]? {
+            guard changes != before, !waiters.isEmpty else { return nil }
+            defer { waiters.removeAll() }
+            return Array(waiters.values)
         }
     }
 
     private let state: Mutex<State>
     private let workers: WorkerThreads?
+
+    /// Runs `body` under the queue's lock; once unlocked, resumes the tasks waiting for a change
+    /// if `body` made one. Every critical section that may change the queue goes through here.
+    private func withLockNotifying<Result: Sendable>(_ body: (inout State) -> Result) -> Result {
+        let (result, waiters) = state.withLock { state in
+            let before = state.changes
+            let result = body(&state)
+            return (result, state.dueWaiters(since: before))
+        }
+        if let waiters { for waiter in waiters { waiter.resume() } }
+        return result
+    }
 
     /// Creates a queue running at most `maxConcurrentCount` items at once.
     public init(name: String, maxConcurrentCount: Int, execution: Execution) {
@@ -185,6 +215,36 @@ public final class WorkQueue: Sendable {
 
     /// Stored pending entries, stale ones included (tests check they stay bounded).
     var storedEntryCount: Int { state.withLock { $0.entries } }
+
+    /// How many times the queue changed so far: an item was inserted, re-prioritised, admitted,
+    /// finished or withdrawn. Read it before looking at the queue, then pass it to
+    /// ``waitForChange(after:)`` to wait for what the look did not see.
+    var changeCount: Int { state.withLock { $0.changes } }
+
+    /// Returns once the queue changed after ``changeCount`` was `version` (at once if it already
+    /// has), or once the calling task is cancelled. For tests, which wait on the queue's counts
+    /// and priorities this way rather than by polling; a queue nobody waits on pays one integer
+    /// increment per change.
+    func waitForChange(after version: Int) async {
+        let id = state.withLock { state in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                // Cancellation is read under the lock: a cancel that comes after this look
+                // finds the waiter registered and resumes it.
+                let isDue = state.withLock { state in
+                    if state.changes != version || Task.isCancelled { return true }
+                    state.waiters[id] = continuation
+                    return false
+                }
+                if isDue { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
+        }
+    }
 
     /// The priorities of the pending items in the order they would start.
     public var pendingPriorities: [ImageRequest.Priority] {
@@ -227,7 +287,7 @@ public final class WorkQueue: Sendable {
     private func enqueue(_ item: Item, cancelLater: (([Task<Void, Never>]) -> Void)?) -> Item {
         // Inserts and admits in one critical section: when the queue is full (the common case
         // under load) that is the only one.
-        let admitted: (Item, Job, Int)? = state.withLock { state in
+        let admitted: (Item, Job, Int)? = withLockNotifying { state in
             state.insert(item)
             guard let (next, job) = state.admitNext() else { return nil }
             return (next, job, state.maxConcurrentCount)
@@ -245,13 +305,15 @@ public final class WorkQueue: Sendable {
     /// Moves a pending item to the back of its new priority level; a running item only records
     /// the new priority.
     func setPriority(_ item: Item, _ priority: ImageRequest.Priority) {
-        state.withLock { state in
+        withLockNotifying { state in
             guard item.priority != priority else { return }
             item.priority = priority
             if item.state == .pending {
                 state.pending -= 1
                 state.insert(item)
                 state.compactIfMostlyStale()
+            } else {
+                state.changes += 1
             }
         }
     }
@@ -273,12 +335,13 @@ public final class WorkQueue: Sendable {
     /// item was enqueued with — is done before it returns, so it may be called under the graph's
     /// lock (lock order: graph, then queue).
     func withdraw(_ item: Item) -> Task<Void, Never>? {
-        state.withLock { state in
+        withLockNotifying { state in
             switch item.state {
             case .pending:
                 item.state = .cancelled
                 item.job = nil
                 state.pending -= 1
+                state.changes += 1
                 state.compactIfMostlyStale()
                 return nil
             case .running:
@@ -304,7 +367,7 @@ public final class WorkQueue: Sendable {
     private func drain() -> [Task<Void, Never>] {
         var cancellations: [Task<Void, Never>] = []
         while true {
-            let next: (Item, Job, Int)? = state.withLock { state in
+            let next: (Item, Job, Int)? = withLockNotifying { state in
                 guard let (item, job) = state.admitNext() else { return nil }
                 return (item, job, state.maxConcurrentCount)
             }
@@ -346,10 +409,11 @@ public final class WorkQueue: Sendable {
             case .sync(let work): work()
             }
             let hasWorkers = workers != nil
-            let next: (Item, Job)? = state.withLock { state in
+            let next: (Item, Job)? = withLockNotifying { state in
                 item.state = .finished
                 item.runner = nil
                 state.running -= 1
+                state.changes += 1
                 // Go on only in an attached task nobody asked to cancel.
                 guard runner.task != nil, !runner.isCancellationRequested, !Task.isCancelled,
                       let (nextItem, nextJob) = state.admitNext() else { return nil }
@@ -379,9 +443,10 @@ public final class WorkQueue: Sendable {
         var work = work
         while true {
             work()
-            let next: (Item, Job)? = state.withLock { state in
+            let next: (Item, Job)? = withLockNotifying { state in
                 item.state = .finished
                 state.running -= 1
+                state.changes += 1
                 return state.admitNext()
             }
             guard let (nextItem, job) = next else { return }

@@ -151,4 +151,9 @@ enum GraphModelQueues {
     static let data = WorkQueue(name: "model.data", maxConcurrentCount: 6, execution: .tasks)
     static let decode = WorkQueue(name: "model.decode", maxConcurrentCount: 64, execution: .threads)
     static let process = WorkQueue(name: "model.process", maxConcurrentCount: 64, execution: .threads)
+
+    /// Each queue with its change count now, for ``GraphModelRun/waitForChange(after:metrics:queues:until:)``.
+    static var changeCounts: [(WorkQueue, Int)] {
+        [data, decode, process].map { ($0, $0.changeCount) }
+    }
 }

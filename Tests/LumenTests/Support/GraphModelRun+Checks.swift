@@ -17,6 +17,7 @@ extension GraphModelRun {
             // Read before looking: a change after the look wakes the wait below.
             let version = calls.signal.version
             let metrics = pipeline.metrics
+            let queueVersions = GraphModelQueues.changeCounts
             wakeCancelledDecodes()
             var pending: String?
             var index = 0
@@ -47,22 +48,25 @@ extension GraphModelRun {
                 throw failure("the pipeline never reached the model's state: \(pending ?? "")\n  pipeline: \(pipeline.metrics.liveRequests) requests, "
                               + "pools \(pools.fetch.keys) \(pools.decode.keys) \(pools.process.keys), calls \(calls.snapshot.map { "\($0.id) \($0.key) \($0.state)" })")
             }
-            // An item's end comes with no change to wake on: then look again soon.
-            let isQueueLate = pending?.hasPrefix(Self.queueMismatch) ?? false
-            await waitForChange(after: version, metrics: metrics, until: isQueueLate ? min(deadline, .now + .milliseconds(1)) : deadline)
+            // A queue's item ends just after its work's last visible step, with no other change to
+            // wake on: the queues' own changes wake the wait.
+            await waitForChange(after: version, metrics: metrics, queues: queueVersions, until: deadline)
         }
     }
 
-    /// How ``unsettled(_:)`` begins the reason when only a queue's counts lag.
-    static let queueMismatch = "(queue) "
-
-    /// Returns once a held call, a task's observation or the pipeline's metrics changed since
-    /// `version` and `metrics` were read, or at `deadline` (a hang guard: the caller then
-    /// reports what it still waits for).
-    func waitForChange(after version: Int, metrics: ImagePipeline.Metrics, until deadline: ContinuousClock.Instant) async {
+    /// Returns once a held call, a task's observation, the pipeline's metrics or one of the
+    /// model's queues (``GraphModelQueues``) changed since `version`, `metrics` and `queues`
+    /// were read, or at `deadline` (a hang guard: the caller then reports what it still waits
+    /// for).
+    func waitForChange(
+        after version: Int, metrics: ImagePipeline.Metrics, queues: [(WorkQueue, Int)], until deadline: ContinuousClock.Instant
+    ) async {
         await withTaskGroup(of: Void.self) { [calls, pipeline] group in
             group.addTask { await calls.signal.wait(after: version) }
             group.addTask { await pipeline.waitForMetrics { $0 != metrics } }
+            for (queue, count) in queues {
+                group.addTask { await queue.waitForChange(after: count) }
+            }
             group.addTask { try? await Task.sleep(until: deadline) }
             await group.next()
             group.cancelAll()
@@ -136,7 +140,7 @@ extension GraphModelRun {
             ("process", GraphModelQueues.process, model.heldCalls(.process).count, 0),
         ]
         for (name, queue, running, pending) in queues where queue.runningCount != running || queue.pendingCount != pending {
-            return Self.queueMismatch + "\(name) queue runs \(queue.runningCount) and holds \(queue.pendingCount), expected \(running) and \(pending)"
+            return "\(name) queue runs \(queue.runningCount) and holds \(queue.pendingCount), expected \(running) and \(pending)"
         }
         return nil
     }
@@ -313,14 +317,14 @@ extension GraphModelRun {
         while true {
             let version = calls.signal.version
             let metrics = pipeline.metrics
+            let queueVersions = GraphModelQueues.changeCounts
             let queues = [GraphModelQueues.data, GraphModelQueues.decode, GraphModelQueues.process]
             if metrics.liveTasks == 0 && queues.allSatisfy({ $0.runningCount == 0 }) { break }
             if ContinuousClock.now > deadline {
                 throw failure("at the end \(metrics.liveTasks) graph tasks are alive, \(queues.map(\.runningCount)) items running")
             }
-            // A queue's item ends before its work, which holds the graph's task, is released:
-            // the last live task's release (a metrics change) comes after every item's end.
-            await waitForChange(after: version, metrics: metrics, until: deadline)
+            // An item's end is a queue change; the last live task's release, a metrics change.
+            await waitForChange(after: version, metrics: metrics, queues: queueVersions, until: deadline)
         }
         let metrics = pipeline.metrics
         for stage in ImagePipeline.Stage.allCases {

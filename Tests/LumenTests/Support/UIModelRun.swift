@@ -2,7 +2,7 @@ import Foundation
 import Observation
 import Synchronization
 import Testing
-import Lumen
+@testable import Lumen
 import LumenTestSupport
 
 /// One seed's program, its world and its oracle.
@@ -162,17 +162,7 @@ final class UIModelRun {
 
     /// Runs the program; returns the first violation, or `nil`.
     func execute() async -> Violation? {
-        let signal = self.signal
-        let ticker = Task.detached {
-            // A fallback wake-up for conditions nothing pings (pipeline metrics, queue
-            // priorities) and for the oracle's deadlines; nothing waits on time otherwise.
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(5))
-                signal.ping()
-            }
-        }
         defer {
-            ticker.cancel()
             if let dataCache {
                 dataCache.flush()
                 try? FileManager.default.removeItem(at: dataCache.directory)
@@ -474,11 +464,33 @@ final class UIModelRun {
     private func eventually(_ what: String, _ condition: () -> Bool) async throws {
         let deadline = ContinuousClock.now + .seconds(10)
         while true {
+            // Read before looking: a change after the look wakes the wait below.
             let version = signal.version
+            let metrics = pipeline.metrics
+            let queueVersion = narrowQueue?.changeCount
             observeModels()
             if condition() { return }
             if ContinuousClock.now > deadline { throw Violation(description: "never: \(what)\n" + stateDump()) }
-            await signal.wait(after: version)
+            await waitForChange(after: version, metrics: metrics, queueVersion: queueVersion, until: deadline)
+        }
+    }
+
+    /// Returns once the signal was pinged, the pipeline's metrics changed or the narrow queue
+    /// changed (its priorities, pending or running items) since `version`, `metrics` and
+    /// `queueVersion` were read, or at `deadline` (a hang guard: the caller then reports what it
+    /// still waits for).
+    private func waitForChange(
+        after version: Int, metrics: ImagePipeline.Metrics, queueVersion: Int?, until deadline: ContinuousClock.Instant
+    ) async {
+        await withTaskGroup(of: Void.self) { [signal, pipeline, narrowQueue] group in
+            group.addTask { await signal.wait(after: version) }
+            group.addTask { await pipeline.waitForMetrics { $0 != metrics } }
+            if let narrowQueue, let queueVersion {
+                group.addTask { await narrowQueue.waitForChange(after: queueVersion) }
+            }
+            group.addTask { try? await Task.sleep(until: deadline) }
+            await group.next()
+            group.cancelAll()
         }
     }
 
