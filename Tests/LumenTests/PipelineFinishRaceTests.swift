@@ -45,7 +45,11 @@ struct PipelineFinishRaceTests {
                 }
                 if let stall {
                     stall()
-                    release.wait()
+                    // A hang guard, not a wait for concurrency: a test that ends early (its time
+                    // limit cancelled it, an expectation threw) never releases the lookup, and
+                    // the thread held here would keep the test's `async let` — and with it the
+                    // whole test run — waiting for ever.
+                    _ = release.wait(timeout: .now() + 30)
                 }
                 return value
             }
