@@ -62,7 +62,9 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     /// ``ImageResponse`` by whoever reads it: a shared stage finishing for thousands of
     /// subscribers builds no responses while it holds the graph's lock.
     @exclusivity(unchecked) private var outcome: Result<ImageResult, ImagePipeline.Error>?
-    @exclusivity(unchecked) private var subscription: (any TaskSubscription)?
+    /// The subscription to the top stage (which keeps the newest preview for a stream opened
+    /// later), while the task runs.
+    @exclusivity(unchecked) private var subscription: SharedTask<ImageResult>.Subscription?
     /// Resumed once ``outcome`` is set. The result is read after the resumption rather than
     /// carried by it, which keeps the suspended task's frames small.
     typealias Waiter = UnsafeContinuation<Void, Never>
@@ -195,10 +197,10 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
 
     /// The task's events: progress (and previews, when progressive decoding is on), then
     /// `.finished`. A stream created while bytes are arriving starts with the progress so far
-    /// (a download held part-way still shows where it stands), and the first stream in the
-    /// pipeline also gets a preview of the newest scan that arrived while none was open (a
-    /// stream opened a moment after the task started misses no preview); one created after
-    /// the task ended yields only `.finished`.
+    /// (a download held part-way still shows where it stands) and with the newest preview
+    /// sent so far; the first stream in the pipeline also gets a preview of the newest scan that
+    /// arrived while none was open (a stream opened a moment after the task started misses no
+    /// preview); one created after the task ended yields only `.finished`.
     ///
     /// The stream holds at most the 32 newest unread events: progress is
     /// cumulative, so a reader that falls behind skips older steps and still gets the latest,
@@ -209,6 +211,9 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
         let finished: Result<ImageResponse, ImagePipeline.Error>? = graph.sync {
             if let result { return result }
             if _progress.completed > 0 || _progress.total > 0 { continuation.yield(.progress(_progress)) }
+            if let preview = (subscription?.task as? ImageStageTask)?.previews?.latest {
+                continuation.yield(.preview(response(for: preview)))
+            }
             nextStreamID += 1
             let id = nextStreamID
             streams[id] = continuation
@@ -391,8 +396,13 @@ public final class ImageTask: @unchecked Sendable { // mutable state guarded by 
     /// Hands a progressive preview to the event streams (nobody else sees previews).
     private func yieldPreview(_ image: ImageResult) {
         guard !streams.isEmpty else { return }
-        let response = ImageResponse(container: image.container, request: request, urlResponse: image.urlResponse, cacheType: image.cacheType)
+        let response = response(for: image)
         for stream in streams.values { stream.yield(.preview(response)) }
+    }
+
+    /// `image`, a preview, as this task's response.
+    private func response(for image: ImageResult) -> ImageResponse {
+        ImageResponse(container: image.container, request: request, urlResponse: image.urlResponse, cacheType: image.cacheType)
     }
 
     private func complete(_ outcome: Result<ImageResult, ImagePipeline.Error>) {

@@ -11,7 +11,8 @@ import Foundation
 //    preview below on the processing queue. Each stage runs one preview job at a time: input
 //    that arrives meanwhile replaces any older pending input (intermediate scans are skipped),
 //    so previews never pile up. The job is the stage's `operation` while the stage waits for its
-//    final input, so it follows the stage's priority and is cancelled with the stage.
+//    final input, so it follows the stage's priority and is cancelled with the stage. The stage
+//    keeps the newest preview it sent, for a subscriber's `events` stream opened later.
 // 3. The final input supersedes previews: a queued preview job is cancelled, a running one's
 //    result is dropped, and nothing new starts. A preview is sent with `send(preview:)`, which
 //    does nothing once the stage finished: no preview ever follows the final image.
@@ -26,6 +27,9 @@ final class PreviewState: @unchecked Sendable { // state guarded by graph.lock
     @exclusivity(unchecked) var pending: (@Sendable () -> ImageResult?)?
     /// The final input arrived: no preview starts or is sent any more.
     @exclusivity(unchecked) var isSuperseded = false
+    /// The newest preview sent, until the final input arrives: an `events` stream opened after
+    /// it was sent starts with it (its task had no stream then, and the body may be paused).
+    @exclusivity(unchecked) var latest: ImageResult?
 }
 
 extension ImageStageTask {
@@ -65,7 +69,10 @@ extension ImageStageTask {
             state.pending = nil
             return
         }
-        if let result { send(preview: result) }
+        if let result {
+            state.latest = result
+            send(preview: result)
+        }
         if let next = state.pending {
             state.pending = nil
             startPreview(next, state: state, on: queue)
@@ -78,6 +85,7 @@ extension ImageStageTask {
         guard let state = previews else { return }
         state.isSuperseded = true
         state.pending = nil
+        state.latest = nil
         if let item = state.item, let operation, operation.item === item {
             self.operation = nil
             // At once, so the queue never holds a superseded preview next to the final work
