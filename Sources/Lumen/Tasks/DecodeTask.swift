@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 /// The decode stage: subscribes to the fetch stage, then decodes the bytes at the request's
 /// decode size on a decoding worker thread — or, given a larger decode of the same image
@@ -7,9 +10,10 @@ final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded b
     let key: DecodeKey
     /// A larger decode of the same image to resample instead of fetching and decoding.
     private let source: ImageContainer?
-    /// The newest progressive preview's bytes that arrived while no `events` stream was open
-    /// (see ``WorkGraph/addPreviewReader()``).
-    @exclusivity(unchecked) var skippedPreview: FetchedData?
+    /// The newest progressive preview that arrived while no `events` stream was open (see
+    /// ``WorkGraph/addPreviewReader()``): its length in the fetch's body, not the bytes (held,
+    /// they would make the next chunk's append copy the whole body).
+    @exclusivity(unchecked) var skippedPreview: (length: Int, urlResponse: URLResponse?)?
 
     init(graph: WorkGraph, request: ImageRequest, key: DecodeKey, cacheKeys: RequestCacheKeys?, isFinal: Bool, source: ImageContainer? = nil) {
         self.key = key

@@ -34,6 +34,8 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
     /// Whether a decode stage asked for progressive previews: the body is then scanned for
     /// scan boundaries as it arrives. Read off the lock by the loader's callback.
     private let wantsPreviews = Atomic<Bool>(false)
+    /// The body of the load running, once it completed a scan (see ``bodyPrefix(_:)``).
+    @exclusivity(unchecked) private var scannedBody: Body?
 
     init(graph: WorkGraph, request: ImageRequest, key: FetchKey, diskKey: String?) {
         self.request = request
@@ -49,6 +51,13 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
     /// for the rest of the body: the scan catches up with the bytes already received once.
     func enablePreviews() {
         wantsPreviews.store(true, ordering: .relaxed)
+    }
+
+    /// A copy of the first `length` bytes of the body arriving now, for a preview that was
+    /// skipped when they arrived (see `DecodeTask.decodeSkippedPreview()`); `nil` when no
+    /// load runs or its body is shorter. Must hold the graph's lock.
+    func bodyPrefix(_ length: Int) -> Data? {
+        scannedBody?.prefix(length)
     }
 
     override func start() {
@@ -240,9 +249,13 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
                 graph.metricsStore.withLock { $0.bytesDownloaded += chunk.count }
                 graph.sync {
                     send(progress: progress)
-                    if let preview { send(preview: FetchedData(data: preview, urlResponse: response)) }
+                    if let preview {
+                        scannedBody = body
+                        send(preview: FetchedData(data: preview, urlResponse: response))
+                    }
                 }
             }
+            forgetScannedBody(body)
             try Task.checkCancellation()
             if (response as? HTTPURLResponse)?.statusCode == 304 {
                 return .success(FetchedData(data: Data(), urlResponse: response, isNotModified: true))
@@ -251,8 +264,15 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
             if data.isEmpty { return .failure(.dataIsEmpty) }
             return .success(FetchedData(data: data, urlResponse: response))
         } catch {
+            forgetScannedBody(body)
             return .failure(Self.wrap(error))
         }
+    }
+
+    /// The load of `body` ended: its bytes are no longer a preview's to take.
+    private func forgetScannedBody(_ body: Body) {
+        guard wantsPreviews.load(ordering: .relaxed) else { return }
+        graph.sync { if scannedBody === body { scannedBody = nil } }
     }
 
     private static func wrap(_ error: any Error) -> ImagePipeline.Error {
@@ -278,6 +298,15 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
         init(limit: Int) { self.limit = limit }
 
         var data: Data { state.withLock { $0.data } }
+
+        /// A copy of the first `length` bytes (not a slice: one would share the buffer, and the
+        /// next chunk's append would then copy all of it); `nil` when there are fewer.
+        func prefix(_ length: Int) -> Data? {
+            state.withLock { state in
+                guard length > 0, state.data.count >= length else { return nil }
+                return state.data.withUnsafeBytes { Data(bytes: $0.baseAddress!, count: length) }
+            }
+        }
 
         /// Appends `chunk`; with `scanning`, also answers the body so far when it completes a
         /// new scan of a progressive JPEG (a preview's bytes).

@@ -104,7 +104,7 @@ extension DecodeTask {
         // only) for a stream opened before the next scan or the final bytes arrive.
         guard graph.previewReaders > 0 else {
             if skippedPreview == nil { graph.previewSkipped(by: self) }
-            skippedPreview = partial
+            skippedPreview = (partial.data.count, partial.urlResponse)
             return
         }
         dropSkippedPreview()
@@ -132,10 +132,12 @@ extension DecodeTask {
     /// A stream opened: decodes the preview skipped while none was, unless the final bytes
     /// came meanwhile. Must hold the graph's lock.
     func decodeSkippedPreview() {
-        guard let partial = skippedPreview else { return }
+        guard let skipped = skippedPreview else { return }
         skippedPreview = nil
-        guard !isDisposed, previews?.isSuperseded != true else { return }
-        decodePreview(partial)
+        guard !isDisposed, previews?.isSuperseded != true,
+              let fetch = (dependency as? SharedTask<FetchedData>.Subscription)?.task as? FetchTask,
+              let data = fetch.bodyPrefix(skipped.length) else { return }
+        decodePreview(FetchedData(data: data, urlResponse: skipped.urlResponse))
     }
 
     /// Forgets a skipped preview (a newer one is decoded, or the final bytes came). Must hold
