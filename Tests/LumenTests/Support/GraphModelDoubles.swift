@@ -158,61 +158,10 @@ struct HeldCall: Sendable {
     var isCancelled: (@Sendable () -> Bool)?
 }
 
-/// Wakes whoever waits for something a run observes to change (held calls, task outcomes).
-final class GraphChangeSignal: Sendable {
-    private struct State {
-        var version = 0
-        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
-        var nextID = 0
-        /// Waiters cancelled before they stored their continuation.
-        var cancelled: Set<Int> = []
-    }
-
-    private let state = Mutex(State())
-
-    /// How many changes there were so far.
-    var version: Int { state.withLock { $0.version } }
-
-    /// Records a change and wakes every waiter.
-    func bump() {
-        let waiters = state.withLock { state in
-            state.version += 1
-            defer { state.waiters = [:] }
-            return Array(state.waiters.values)
-        }
-        for waiter in waiters { waiter.resume() }
-    }
-
-    /// Returns once there were changes after `version`, or once the calling task is cancelled.
-    func wait(after version: Int) async {
-        let id = state.withLock { state in
-            state.nextID += 1
-            return state.nextID
-        }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let isDue = state.withLock { state in
-                    if state.version > version || state.cancelled.remove(id) != nil { return true }
-                    state.waiters[id] = continuation
-                    return false
-                }
-                if isDue { continuation.resume() }
-            }
-        } onCancel: {
-            let waiter = state.withLock { state in
-                let waiter = state.waiters.removeValue(forKey: id)
-                if waiter == nil { state.cancelled.insert(id) }
-                return waiter
-            }
-            waiter?.resume()
-        }
-    }
-}
-
 /// The calls of one run, each held until the test gives it a command.
 final class HeldCalls: @unchecked Sendable { // state guarded by `condition`
     /// Told of every new call and every change of a call.
-    let signal = GraphChangeSignal()
+    let signal = ChangeSignal()
     private let condition = NSCondition()
     private var calls: [HeldCall] = []
     private var commands: [Int: HeldCallCommand] = [:]
@@ -233,7 +182,7 @@ final class HeldCalls: @unchecked Sendable { // state guarded by `condition`
         calls.append(HeldCall(id: id, stage: stage, key: key, isInputValid: isInputValid, isCancelled: isCancelled))
         condition.broadcast()
         condition.unlock()
-        signal.bump()
+        signal.ping()
         return id
     }
 
@@ -248,7 +197,7 @@ final class HeldCalls: @unchecked Sendable { // state guarded by `condition`
         condition.lock()
         body(&calls[id])
         condition.unlock()
-        signal.bump()
+        signal.ping()
     }
 
     /// Gives call `id` its next command.

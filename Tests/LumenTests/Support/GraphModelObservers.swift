@@ -30,14 +30,14 @@ struct TaskObservation: Sendable {
 final class TaskObservations: Sendable {
     private let state = Mutex<[Int: TaskObservation]>([:])
     /// Told of every observation.
-    let signal: GraphChangeSignal
+    let signal: ChangeSignal
 
-    init(signal: GraphChangeSignal) { self.signal = signal }
+    init(signal: ChangeSignal) { self.signal = signal }
 
     /// Changes the observation of task `index`, then tells ``signal``.
     private func change(_ index: Int, _ body: (inout TaskObservation) -> Void) {
         state.withLock { body(&$0[index, default: .init()]) }
-        signal.bump()
+        signal.ping()
     }
 
     subscript(task: Int) -> TaskObservation { state.withLock { $0[task] ?? TaskObservation() } }
