@@ -1,4 +1,5 @@
 import Foundation
+import LumenTestSupport
 
 /// A deterministic scroll trace through a feed of cells, replayed by `lumen demo` and
 /// `lumen bench feed` against every loader.
@@ -96,7 +97,7 @@ struct FeedTrace: Sendable {
         // Photos: the detail photo pinned on the detail cell; the 12 MP photos spread over the
         // shown cells, the last one on a flung-past cell; fresh photos for cells never shown;
         // a quarter of the shown cells repost an earlier shown cell's photo.
-        var rng = SplitMix(seed: seed)
+        var rng = SplitMix64(seed: seed)
         var photoOf = [Int?](repeating: nil, count: cellCount)
         for cell in detailCells { photoOf[cell] = detailPhoto }
         let shownSet = Set(shown)

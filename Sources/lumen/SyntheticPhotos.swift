@@ -1,5 +1,6 @@
 import Foundation
 import Lumen
+import LumenTestSupport
 
 /// Deterministic photo-like images: a sky gradient, a sun, layered hills, texture and sensor
 /// noise. They compress and decode like photographs (smooth areas plus detail), so timings
@@ -7,7 +8,7 @@ import Lumen
 enum SyntheticPhotos {
     /// A photo-like RGB image of `width`×`height` drawn from `seed`.
     static func photo(width: Int, height: Int, seed: UInt64) -> Bitmap {
-        var rng = SplitMix(seed: seed)
+        var rng = SplitMix64(seed: seed)
         let skyTop = (rng.unit() * 80 + 20, rng.unit() * 90 + 60, rng.unit() * 60 + 150)
         let skyBottom = (rng.unit() * 60 + 190, rng.unit() * 60 + 170, rng.unit() * 60 + 150)
         let sun = (x: rng.unit() * Double(width), y: rng.unit() * Double(height) * 0.35, r: Double(min(width, height)) * (0.05 + rng.unit() * 0.06))
@@ -26,7 +27,7 @@ enum SyntheticPhotos {
         }
         let w = Double(width), h = Double(height)
         return Bitmap(width: width, height: height, format: .rgb8) { px in
-            var noise = SplitMix(seed: seed &+ 0x9E37)
+            var noise = SplitMix64(seed: seed &+ 0x9E37)
             // Hill outlines per column, computed once.
             var ridge = [[Double]](repeating: [Double](repeating: 0, count: width), count: hills.count)
             for (i, hill) in hills.enumerated() {
@@ -75,19 +76,4 @@ enum SyntheticPhotos {
     @inline(__always) static func clampByte(_ v: Double) -> UInt8 {
         v <= 0 ? 0 : v >= 255 ? 255 : UInt8(v)
     }
-}
-
-/// A small, fast, deterministic random number generator (SplitMix64).
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    /// A uniform value in [0, 1).
-    mutating func unit() -> Double { Double(next() >> 11) / Double(1 << 53) }
 }

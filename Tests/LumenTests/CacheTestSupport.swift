@@ -57,18 +57,6 @@ func cacheTestImage(cost: Int, fill: UInt8 = 0) -> ImageContainer {
 
 func cacheKey(_ id: String) -> ImageCacheKey { ImageCacheKey(imageID: id) }
 
-/// A small deterministic generator for test sequences.
-struct CacheTestRandom: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9e37_79b9_7f4a_7c15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
-        z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
-        return z ^ (z >> 31)
-    }
-}
 
 /// The SHA-256 of `data` computed by the system's `sha256sum`, an implementation independent
 /// of the one under test.

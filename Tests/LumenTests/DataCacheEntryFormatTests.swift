@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Lumen
+import LumenTestSupport
 
 /// The entry file layout (format version 2), byte by byte, and its checksum.
 @Suite(.timeLimit(.minutes(1)))
@@ -117,7 +118,7 @@ struct DataCacheEntryFormatTests {
     }
 
     @Test func checksumMatchesItsPlainStatementForEveryLength() {
-        var random = CacheTestRandom(seed: 7)
+        var random = SplitMix64(seed: 7)
         let bytes = (0..<200).map { _ in UInt8.random(in: 0...255, using: &random) }
         for length in 0...bytes.count {
             let piece = Array(bytes[0..<length])
@@ -131,7 +132,7 @@ struct DataCacheEntryFormatTests {
     }
 
     @Test func everySingleBitFlipChangesTheChecksum() {
-        var random = CacheTestRandom(seed: 11)
+        var random = SplitMix64(seed: 11)
         let bytes = (0..<301).map { _ in UInt8.random(in: 0...255, using: &random) }
         let original = bytes.withUnsafeBytes { EntryChecksum.hash($0) }
         var seen: Set<UInt64> = [original]

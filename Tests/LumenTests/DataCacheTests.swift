@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Lumen
+import LumenTestSupport
 
 /// Behaviour of the disk cache on a healthy directory: real files in a temporary directory,
 /// time from a manual clock.
@@ -314,7 +315,7 @@ struct DataCacheTests {
         await withTaskGroup(of: Void.self) { group in
             for task in 0..<8 {
                 group.addTask {
-                    var rng = CacheTestRandom(seed: UInt64(task))
+                    var rng = SplitMix64(seed: UInt64(task))
                     for _ in 0..<300 {
                         let key = "k\(rng.next() % 20)"
                         switch rng.next() % 4 {

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Lumen
+import LumenTestSupport
 
 @Suite(.timeLimit(.minutes(1)))
 struct ImageCacheTests {
@@ -51,7 +52,7 @@ struct ImageCacheTests {
     /// Model check: a random sequence of operations against a naive array-based LRU.
     @Test(arguments: [1, 2, 3, 4])
     func matchesANaiveLRUModel(seed: UInt64) {
-        var rng = CacheTestRandom(seed: seed)
+        var rng = SplitMix64(seed: seed)
         let costLimit = 1000
         let countLimit = 7
         let cache = ImageCache(costLimit: costLimit, countLimit: countLimit, entryCostLimit: 0.5)
@@ -170,7 +171,7 @@ struct ImageCacheTests {
         await withTaskGroup(of: Void.self) { group in
             for task in 0..<16 {
                 group.addTask {
-                    var rng = CacheTestRandom(seed: UInt64(task))
+                    var rng = SplitMix64(seed: UInt64(task))
                     for _ in 0..<2000 {
                         let id = "k\(rng.next() % 100)"
                         switch rng.next() % 3 {

@@ -9,21 +9,6 @@ import Lumen
 // decoder and processors whose every call is held until the test says how it ends, and the
 // reference computation of the images they make.
 
-/// A deterministic pseudo-random generator (SplitMix64): one seed, one sequence, on every
-/// machine, so that a failing seed reproduces.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 /// A stage key in the model's words: the URL's index, the decode size (0 for the original
 /// size; `nil` for the fetch stage) and the processors applied, by name.

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 @testable import Lumen
+import LumenTestSupport
 
 // One seed of the model-based test of the work graph (GraphModelTests.swift): a random program
 // of operations run against a pipeline and against ``GraphModel`` side by side. After each

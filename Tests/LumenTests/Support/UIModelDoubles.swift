@@ -193,17 +193,3 @@ final class NaturalSizeRecordingDecoder: ImageDecoding, @unchecked Sendable { //
     }
 }
 
-/// A small deterministic PRNG (SplitMix64), so that a seed replays the same program.
-struct SeededGenerator: RandomNumberGenerator {
-    private var state: UInt64
-    /// Creates the generator for `seed`.
-    init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
-    /// The next 64 random bits.
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}

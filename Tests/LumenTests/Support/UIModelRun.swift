@@ -52,7 +52,7 @@ final class UIModelRun {
     private(set) var log: [String] = []
     private(set) var stats = Stats()
 
-    private var random: SeededGenerator
+    private var random: SplitMix64
     private let signal = ChangeSignal()
     private let urls: [URL]
     private let naturals: [URL: Int]
@@ -100,7 +100,8 @@ final class UIModelRun {
     init(seed: UInt64, steps: Int) {
         self.seed = seed
         self.steps = steps
-        random = SeededGenerator(seed: seed)
+        // Offset from the seed, as the programs found so far were numbered.
+        random = SplitMix64(seed: seed &+ 0x9E37_79B9_7F4A_7C15)
         let count = Int.random(in: 2...4, using: &random)
         urls = (0..<count).map { URL(string: "https://model.test/\(seed)/\($0).jpg")! }
         usesDefaultDecoder = Int.random(in: 0..<100, using: &random) < 40
