@@ -51,13 +51,13 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     @exclusivity(unchecked) private var roots: [any RootTask] = []
     @exclusivity(unchecked) private(set) var isInvalidated = false
     /// How many `ImageTask.events` streams are open: previews are decoded only while some
-    /// task can show them.
-    @exclusivity(unchecked) private(set) var previewReaders = 0
+    /// task can show them (see ProgressiveDecoding.swift).
+    @exclusivity(unchecked) var previewReaders = 0
     /// Decode stages that skipped a preview while no stream was open (each keeps the newest
     /// one): the first stream to open decodes them, so a stream opened just after its task
     /// started still sees the scans that arrived meanwhile. Weak: a stage that ends without
     /// one is not kept.
-    @exclusivity(unchecked) private var skippedPreviews: [ObjectIdentifier: WeakDecodeTask] = [:]
+    @exclusivity(unchecked) var skippedPreviews: [ObjectIdentifier: WeakDecodeTask] = [:]
     /// Counter changes of the current critical section (see ``publishCounts()``).
     @exclusivity(unchecked) private var pendingCounts = PendingCounts()
     /// Metrics waiters must be checked once the lock is released (a flag rather than a queued
@@ -366,40 +366,6 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         }
         return task
     }
-
-    // MARK: - Preview readers
-
-    /// An `ImageTask.events` stream opened. The first one decodes the previews skipped while
-    /// none was open. Must hold the lock.
-    func addPreviewReader() {
-        previewReaders += 1
-        guard previewReaders == 1, !skippedPreviews.isEmpty else { return }
-        let skipped = skippedPreviews.values.compactMap(\.task)
-        skippedPreviews = [:]
-        for task in skipped { task.decodeSkippedPreview() }
-    }
-
-    /// `count` streams closed. Must hold the lock.
-    func removePreviewReaders(_ count: Int = 1) {
-        previewReaders -= count
-    }
-
-    /// `task` skipped a preview (no stream was open) and keeps it for the first stream to
-    /// open. Must hold the lock.
-    func previewSkipped(by task: DecodeTask) {
-        if skippedPreviews.count >= 64 { skippedPreviews = skippedPreviews.filter { $0.value.task != nil } }
-        skippedPreviews[ObjectIdentifier(task)] = WeakDecodeTask(task: task)
-    }
-
-    /// `task` no longer keeps a skipped preview. Must hold the lock.
-    func previewNoLongerSkipped(by task: DecodeTask) {
-        skippedPreviews[ObjectIdentifier(task)] = nil
-    }
-}
-
-/// A decode stage held without keeping it alive.
-struct WeakDecodeTask {
-    weak var task: DecodeTask?
 }
 
 /// A request at the top of the graph (an ``ImageTask`` or a data request), which

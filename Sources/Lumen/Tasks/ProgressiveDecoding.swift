@@ -18,6 +18,9 @@ import Foundation
 //    does nothing once the stage finished: no preview ever follows the final image.
 // 4. Previews travel only as events: `deliver` (the only path that writes the caches) never sees
 //    them, and ``ImageTask`` hands them only to its event streams.
+// 5. Previews are decoded only while some task's `events` stream is open (the graph counts
+//    them). A decode stage that gets a scan while none is open keeps its length (the newest
+//    only) and registers with the graph; the first stream to open has them decoded.
 
 /// The progressive previews of one image stage. Guarded by the graph's lock.
 final class PreviewState: @unchecked Sendable { // state guarded by graph.lock
@@ -94,6 +97,40 @@ extension ImageStageTask {
             operation.queue.cancel(item)
         }
     }
+}
+
+extension WorkGraph {
+    /// An `ImageTask.events` stream opened. The first one decodes the previews skipped while
+    /// none was open. Must hold the lock.
+    func addPreviewReader() {
+        previewReaders += 1
+        guard previewReaders == 1, !skippedPreviews.isEmpty else { return }
+        let skipped = skippedPreviews.values.compactMap(\.task)
+        skippedPreviews = [:]
+        for task in skipped { task.decodeSkippedPreview() }
+    }
+
+    /// `count` streams closed. Must hold the lock.
+    func removePreviewReaders(_ count: Int = 1) {
+        previewReaders -= count
+    }
+
+    /// `task` skipped a preview (no stream was open) and keeps it for the first stream to
+    /// open. Must hold the lock.
+    func previewSkipped(by task: DecodeTask) {
+        if skippedPreviews.count >= 64 { skippedPreviews = skippedPreviews.filter { $0.value.task != nil } }
+        skippedPreviews[ObjectIdentifier(task)] = WeakDecodeTask(task: task)
+    }
+
+    /// `task` no longer keeps a skipped preview. Must hold the lock.
+    func previewNoLongerSkipped(by task: DecodeTask) {
+        skippedPreviews[ObjectIdentifier(task)] = nil
+    }
+}
+
+/// A decode stage held without keeping it alive.
+struct WeakDecodeTask {
+    weak var task: DecodeTask?
 }
 
 extension DecodeTask {
