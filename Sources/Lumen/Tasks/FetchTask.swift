@@ -243,6 +243,8 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
         }
         defer { if isNetwork { graph.metricsStore.withLock { $0.networkRequestsInFlight -= 1 } } }
         let body = Body(limit: limit)
+        // However the load ends, its bytes are no longer a skipped preview's to take.
+        defer { forgetScannedBody(body) }
         do {
             let response = try await graph.configuration.dataLoader.loadData(for: urlRequest) { [self] chunk, response in
                 let (progress, preview) = try body.append(chunk, response: response, scanning: wantsPreviews.load(ordering: .relaxed))
@@ -255,7 +257,6 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
                     }
                 }
             }
-            forgetScannedBody(body)
             try Task.checkCancellation()
             if (response as? HTTPURLResponse)?.statusCode == 304 {
                 return .success(FetchedData(data: Data(), urlResponse: response, isNotModified: true))
@@ -264,12 +265,11 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
             if data.isEmpty { return .failure(.dataIsEmpty) }
             return .success(FetchedData(data: data, urlResponse: response))
         } catch {
-            forgetScannedBody(body)
             return .failure(Self.wrap(error))
         }
     }
 
-    /// The load of `body` ended: its bytes are no longer a preview's to take.
+    /// The load of `body` ended: `bodyPrefix(_:)` no longer reads it.
     private func forgetScannedBody(_ body: Body) {
         guard wantsPreviews.load(ordering: .relaxed) else { return }
         graph.sync { if scannedBody === body { scannedBody = nil } }
