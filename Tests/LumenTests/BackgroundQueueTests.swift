@@ -121,7 +121,7 @@ struct BackgroundQueueTests {
         #expect(queue.runsLowered == true)
         let niceness = Mutex<Int32?>(nil)
         queue.async { niceness.withLock { $0 = Self.niceness() } }
-        queue.expedite()
+        queue.async(expedited: true) {} // a waiter's marker, as `DataCache.flush() async` queues
         gate.signal()
         queue.sync {}
         #if os(Linux)

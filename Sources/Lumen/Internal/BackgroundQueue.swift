@@ -14,8 +14,9 @@ import Glibc
 /// stays saturated could queue jobs faster than that share runs them. When the cost of the
 /// jobs waiting (their bytes, as the caller counts them) exceeds ``backlogLimit``, the queue
 /// hands over to a thread at normal priority, which runs until the queue is empty; the next
-/// job starts a low-priority thread again. A waiter (``sync(_:)``, or an owner's flush through
-/// ``expedite()``) hands over the same way. Jobs always run one at a time, in order.
+/// job starts a low-priority thread again. A waiter (``sync(_:)``, or an owner's flush that
+/// queues its marker with ``async(cost:expedited:_:)``) hands over the same way. Jobs always
+/// run one at a time, in order.
 ///
 /// The thread ends after ``idleLifetime`` seconds without work and starts again with the next
 /// job, so an unused queue holds no thread.
@@ -51,8 +52,8 @@ final class BackgroundQueue: @unchecked Sendable { // mutable state is guarded b
         Self.exitHandler
     }
 
-    /// Runs `job` after every job queued before it, and waits for it (at normal priority:
-    /// see ``expedite()``). Never call it from a job.
+    /// Runs `job` after every job queued before it, and waits for it (at normal priority, as
+    /// the jobs before it from now on). Never call it from a job.
     func sync(_ job: @escaping @Sendable () -> Void) {
         let done = DispatchSemaphore(value: 0)
         async(expedited: true) {
@@ -63,10 +64,10 @@ final class BackgroundQueue: @unchecked Sendable { // mutable state is guarded b
     }
 
     /// Queues `job`; `cost` counts towards the backlog (bytes the job holds, say) until it runs.
-    /// `expedited`: somebody waits for it, so it and the jobs before it run at normal priority
-    /// (see ``expedite()``) — decided with the queuing, in one critical section: a
-    /// low-priority thread started for it first could take it before a later hand-over, and
-    /// keep the waiter for as long as the machine stays saturated.
+    /// `expedited`: somebody waits for it (a flush), so it and the jobs before it run at normal
+    /// priority, as for a backlog over the limit — decided with the queuing, in one critical
+    /// section: a low-priority thread started for it first could take it before a later
+    /// hand-over, and keep the waiter for as long as the machine stays saturated.
     func async(cost: Int = 0, expedited: Bool = false, _ job: @escaping @Sendable () -> Void) {
         if Self.exit.isExiting.load(ordering: .sequentiallyConsistent) {
             job()
@@ -87,18 +88,6 @@ final class BackgroundQueue: @unchecked Sendable { // mutable state is guarded b
         condition.unlock()
         condition.broadcast()
         if let lowered = start { startThread(lowered: lowered) }
-    }
-
-    /// Somebody waits for the jobs queued so far (a flush): they run at normal priority from
-    /// the next one on, as for a backlog over the limit — on a saturated machine a niced
-    /// thread could otherwise keep the waiter for as long as the load lasts.
-    func expedite() {
-        condition.lock()
-        let start = owner?.lowered == true && !handingOver && head < jobs.count
-        if start { handingOver = true }
-        condition.unlock()
-        condition.broadcast()
-        if start { startThread(lowered: false) }
     }
 
     /// Whether the calling thread is the one running this queue's jobs.
