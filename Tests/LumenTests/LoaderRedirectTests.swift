@@ -55,6 +55,43 @@ struct LoaderRedirectTests {
         #expect(server.statistics.totalRequests == 2)
     }
 
+    /// A relative `Location` is resolved against the URL that answered, as RFC 3986 says: in
+    /// its directory, with dot segments removed (FoundationNetworking alone resolves it against
+    /// the server's root: `img.png` from `/dir/sub/r` was `GET /img.png`, and `../img.png` was
+    /// sent as `GET /../img.png`).
+    @Test(arguments: [("img.png", "/dir/sub/img.png"), ("./img.png", "/dir/sub/img.png"), ("x/../img.png", "/dir/sub/img.png"),
+                      ("../img.png", "/dir/img.png"), ("../../dir/img.png", "/dir/img.png"), ("../../img.png", "/img.png")])
+    func aRelativeRedirectIsResolvedAgainstTheRedirectingURL(location: String, expectedPath: String) async throws {
+        let images = ["/img.png": image, "/dir/img.png": LoaderTests.bytes(count: 4_000, seed: 12),
+                      "/dir/sub/img.png": LoaderTests.bytes(count: 3_000, seed: 13)]
+        for (path, data) in images { server.serve(path: path, data: data, contentType: "image/png") }
+        server.redirect(path: "/dir/sub/r", to: location)
+        let sink = ChunkSink()
+
+        let response = try await loader.loadData(for: URLRequest(url: server.url(for: "/dir/sub/r")), didReceive: sink.append)
+
+        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        #expect(response.url?.path == expectedPath)
+        #expect(sink.data == images[expectedPath])
+        #expect(server.requestCount(for: expectedPath) == 1)
+        #expect(server.statistics.totalRequests == 2)
+    }
+
+    /// Each hop of a chain is resolved against the hop before it, not the first URL.
+    @Test func eachHopOfARelativeChainIsResolvedAgainstThePreviousOne() async throws {
+        server.serve(path: "/a/img.png", data: image, contentType: "image/png")
+        server.redirect(path: "/a/r1", to: "b/r2")
+        server.redirect(path: "/a/b/r2", to: "../img.png", status: 307)
+        let sink = ChunkSink()
+
+        let response = try await loader.loadData(for: URLRequest(url: server.url(for: "/a/r1")), didReceive: sink.append)
+
+        #expect(response.url?.path == "/a/img.png")
+        #expect(sink.data == image)
+        #expect(server.requestCount(for: "/a/b/r2") == 1)
+        #expect(server.statistics.totalRequests == 3)
+    }
+
     /// FoundationNetworking traps when a task is cancelled between asking its delegate about
     /// a redirect and handling the answer. Loads through a chain of redirects, cancelled after
     /// varying numbers of scheduler turns, hit that window; each ends as cancelled (or with

@@ -33,6 +33,10 @@ import FoundationNetworking
 ///   throws `URLError(.timedOut)` — enforced by the loader itself on Linux, where
 ///   FoundationNetworking ignores it (a server trickling a byte now and then held a load
 ///   for ever).
+/// - Redirects: followed within `http` and `https`; a `Location` naming any other scheme
+///   (`file:`, `data:`, `ftp:`) is refused with `URLError(.unsupportedURL)`, and a relative
+///   one is resolved against the URL that answered, in its directory (FoundationNetworking
+///   resolves it against the server's root).
 /// - Linux: FoundationNetworking keeps a socket's write-readiness source after libcurl asks
 ///   only to read, so a transfer waiting on a slow server busy-polls a core while it waits
 ///   (any `URLSession` task does). Plug another client in through ``DataLoading`` if that

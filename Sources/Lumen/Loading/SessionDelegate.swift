@@ -179,7 +179,31 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
         guard answers else { return }
         // A refused redirect is not followed: the redirect itself becomes the task's response,
         // which `didReceive` answers with the refusal.
-        completionHandler(refused == nil ? request : nil)
+        completionHandler(refused == nil ? Self.redirected(request, by: response, from: task.currentRequest?.url) : nil)
+    }
+
+    /// `request` (the redirect as the session built it) sent where the response's `Location`
+    /// points, resolved against the URL that answered (`response.url`, else `current`) as
+    /// RFC 3986 says. FoundationNetworking resolves a relative `Location` against the server's
+    /// root: `Location: b.png` from `/a/r` became `GET /b.png`, and `../b.png` was sent as
+    /// `GET /../b.png`. Only the URL changes, and only within the origin the session chose, so
+    /// what it decided for the new origin (method, headers) stays right.
+    static func redirected(_ request: URLRequest, by response: HTTPURLResponse, from current: URL?) -> URLRequest {
+        guard let location = response.value(forHTTPHeaderField: "Location")?.trimmingCharacters(in: .whitespaces),
+              let base = response.url ?? current,
+              let target = URL(string: location, relativeTo: base)?.absoluteURL,
+              let proposed = request.url, target != proposed,
+              origin(of: target) == origin(of: proposed) else { return request }
+        var corrected = request
+        corrected.url = target
+        return corrected
+    }
+
+    /// Scheme, host and port of `url`, lowercased, with the scheme's default port filled in.
+    private static func origin(of url: URL) -> String? {
+        guard let scheme = url.scheme?.lowercased(), let host = url.host?.lowercased() else { return nil }
+        let port = url.port ?? (scheme == "https" ? 443 : scheme == "http" ? 80 : -1)
+        return "\(scheme)://\(host):\(port)"
     }
 
     /// Why a redirect is not followed: its `Location` names a scheme other than `http` or
