@@ -165,6 +165,43 @@ struct LoaderTests {
         #expect(server.requestCount(for: "/slow") == 1)
     }
 
+    /// FoundationNetworking keeps only the whole seconds of a request timeout (0.75 s became 0
+    /// and timed every load out at once; 1.5 s became 1 s). The loader keeps a fractional one
+    /// itself, from the session's configuration or the request's own: a server that answers
+    /// at once is loaded, through a redirect too; one that never answers, or stops in the
+    /// middle of the body, times out.
+    @Test(arguments: [false, true])
+    func aFractionalRequestTimeoutIsKept(onTheRequest: Bool) async throws {
+        let body = LoaderTests.bytes(count: 64 * 1024, seed: 5)
+        server.serve(path: "/quick", data: body)
+        server.redirect(path: "/hop", to: "/quick")
+        server.serve(path: "/never", data: body)
+        server.hold("/never")
+        server.serve(path: "/stall", data: body)
+        server.holdBody("/stall", after: 1_000)
+        defer { server.releaseAll() }
+        let configuration = DataLoader.defaultConfiguration
+        if !onTheRequest { configuration.timeoutIntervalForRequest = 0.75 }
+        let loader = DataLoader(configuration: configuration)
+        func request(_ path: String) -> URLRequest {
+            var request = URLRequest(url: server.url(for: path))
+            if onTheRequest { request.timeoutInterval = 0.75 }
+            return request
+        }
+
+        for path in ["/quick", "/hop"] {
+            let sink = ChunkSink()
+            _ = try await loader.loadData(for: request(path), didReceive: sink.append)
+            #expect(sink.data == body, "\(path)")
+        }
+        for path in ["/never", "/stall"] {
+            let error = await #expect(throws: URLError.self, "\(path)") {
+                try await loader.loadData(for: request(path)) { _, _ in }
+            }
+            #expect(error?.code == .timedOut, "\(path)")
+        }
+    }
+
     @Test func customValidatorCanAcceptErrorStatuses() async throws {
         let lenient = DataLoader(validate: { _, _ in })
         let sink = ChunkSink()

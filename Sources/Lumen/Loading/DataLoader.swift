@@ -28,11 +28,13 @@ import FoundationNetworking
 ///   `Content-Length` (the connection closed early) throws `.incompleteBody`, and a body of
 ///   unknown length (chunked) cut short `URLError(.networkConnectionLost)`; local URLs throw `.fileNotFound`,
 ///   `.fileUnreadable` or `.invalidDataURL`.
-/// - Timeouts: `timeoutIntervalForRequest` bounds each wait for bytes (FoundationNetworking
-///   truncates it to whole seconds); `timeoutIntervalForResource` bounds the whole load and
-///   throws `URLError(.timedOut)` — enforced by the loader itself on Linux, where
-///   FoundationNetworking ignores it (a server trickling a byte now and then held a load
-///   for ever).
+/// - Timeouts: `timeoutIntervalForRequest` (or a request's own `timeoutInterval`, when it is
+///   not the default 60 s) bounds each wait for bytes; `timeoutIntervalForResource` bounds the
+///   whole load. Both throw `URLError(.timedOut)`. On Linux the loader enforces the resource
+///   timeout itself, since FoundationNetworking ignores it (a server trickling a byte now and
+///   then held a load for ever), and a request timeout with a fraction of a second, since
+///   FoundationNetworking keeps only its whole seconds (0.5 s timed every load out at once,
+///   1.5 s after 1 s).
 /// - Redirects: followed within `http` and `https`; a `Location` naming any other scheme
 ///   (`file:`, `data:`, `ftp:`) is refused with `URLError(.unsupportedURL)`, and a relative
 ///   one is resolved against the URL that answered, in its directory (FoundationNetworking
@@ -104,6 +106,9 @@ public final class DataLoader: DataLoading, Sendable {
     private let urlCache: URLCache?
     /// The session's `timeoutIntervalForResource`, read once: the loader enforces it on Linux.
     private let resourceTimeout: TimeInterval
+    /// The session's `timeoutIntervalForRequest`, read once: on Linux the loader enforces a
+    /// fractional one itself (see ``idleTimeout(for:)``).
+    private let requestTimeout: TimeInterval
 
     /// How many body bytes a `file:` read hands to `didReceive` at a time.
     static let fileChunkSize = 128 * 1024
@@ -155,6 +160,7 @@ public final class DataLoader: DataLoading, Sendable {
         self.validator = validate
         self.urlCache = configuration.urlCache
         self.resourceTimeout = configuration.timeoutIntervalForResource
+        self.requestTimeout = configuration.timeoutIntervalForRequest
         self.session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
     }
 
@@ -217,11 +223,26 @@ public final class DataLoader: DataLoading, Sendable {
         }
         #endif
         let (events, continuation) = AsyncThrowingStream.makeStream(of: SessionDelegate.Event.self)
+        #if canImport(FoundationNetworking)
+        // A fractional request timeout is kept by the loader: the session gets one it cannot
+        // reach first.
+        var sent = request
+        var idle: SessionDelegate.IdleTimeout?
+        let wait = idleTimeout(for: request)
+        if wait > 0, wait.isFinite, wait.rounded(.down) != wait {
+            let keeper = SessionDelegate.IdleTimeout(limit: wait)
+            sent.timeoutInterval = keeper.sessionTimeout
+            idle = keeper
+        }
+        let task = session.dataTask(with: sent)
+        #else
+        let idle: SessionDelegate.IdleTimeout? = nil
         let task = session.dataTask(with: request)
+        #endif
         let identifier = task.taskIdentifier
         let finished = SessionDelegate.Completion()
         delegate.register(identifier, SessionDelegate.Handler(
-            request: request, validate: validator, continuation: continuation
+            request: request, validate: validator, continuation: continuation, idle: idle
         ), completion: finished)
         // Runs when the consumer's task is cancelled while waiting for an event, when the
         // stream finishes, and on the explicit finish below; the wait after it makes sure the
@@ -234,6 +255,14 @@ public final class DataLoader: DataLoading, Sendable {
         #if canImport(FoundationNetworking)
         let deadline = scheduleResourceTimeout(identifier, url: request.url)
         defer { deadline?.cancel() }
+        if let idle {
+            idle.start { [delegate, url = request.url] in
+                var info: [String: Any] = [NSLocalizedDescriptionKey: "no bytes came for \(wait) s (the request timeout)"]
+                if let url { info[NSURLErrorFailingURLErrorKey] = url }
+                delegate.fail(identifier, with: URLError(.timedOut, userInfo: info))
+            }
+        }
+        defer { idle?.stop() }
         #endif
         let outcome: Result<URLResponse, any Swift.Error>
         do { outcome = .success(try await receive(events, request: request, didReceive: didReceive)) } catch { outcome = .failure(error) }
@@ -246,6 +275,14 @@ public final class DataLoader: DataLoading, Sendable {
     }
 
     #if canImport(FoundationNetworking)
+    /// The request timeout FoundationNetworking applies to `request`: the request's own
+    /// `timeoutInterval` when it is not the default (60 s), else the session's
+    /// `timeoutIntervalForRequest`. (FoundationNetworking knows whether the request's value was
+    /// set; a request set to exactly 60 s on a session with another value is taken as unset.)
+    func idleTimeout(for request: URLRequest) -> TimeInterval {
+        request.timeoutInterval != 60 ? request.timeoutInterval : requestTimeout
+    }
+
     /// Ends transfer `identifier` with `URLError(.timedOut)` once `timeoutIntervalForResource`
     /// has passed; FoundationNetworking never does (its request timeout restarts with every
     /// byte, so a trickling server kept a load alive for ever). `nil` when there is no finite

@@ -17,6 +17,58 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
         let request: URLRequest
         let validate: DataLoader.Validator
         let continuation: AsyncThrowingStream<Event, any Error>.Continuation
+        /// The request timeout the loader keeps itself (Linux, fractional seconds), restarted
+        /// by every event of the task.
+        var idle: IdleTimeout?
+    }
+
+    /// A wait for the next event of a task that ends the load when it lasts `limit` seconds:
+    /// a request timeout kept by the loader. Each event moves the deadline (one store, no
+    /// timer: the single check pending looks again at the deadline when it runs); stopped
+    /// when the task completes or the load returns.
+    final class IdleTimeout: Sendable {
+        private let limit: TimeInterval
+        private let state = Mutex<(fire: (@Sendable () -> Void)?, deadline: DispatchTime)>((nil, .distantFuture))
+        /// The request timeout the session gets instead (for the request and each redirect):
+        /// whole seconds it cannot reach before this one fires.
+        let sessionTimeout: TimeInterval
+
+        init(limit: TimeInterval) {
+            self.limit = limit
+            sessionTimeout = limit.rounded(.up) + 1
+        }
+
+        /// Arms the timeout: `fire` runs once `limit` passes without a ``restart()``.
+        func start(_ fire: @escaping @Sendable () -> Void) {
+            let deadline = DispatchTime.now() + limit
+            state.withLock { $0 = (fire, deadline) }
+            check(at: deadline)
+        }
+
+        /// An event came: the wait starts again.
+        func restart() {
+            state.withLock { state in
+                if state.fire != nil { state.deadline = .now() + limit }
+            }
+        }
+
+        /// The load ended: the timeout never fires.
+        func stop() {
+            state.withLock { $0.fire = nil }
+        }
+
+        private func check(at time: DispatchTime) {
+            DispatchQueue.global().asyncAfter(deadline: time) { [self] in
+                let (fire, later) = state.withLock { state -> ((@Sendable () -> Void)?, DispatchTime?) in
+                    guard let fire = state.fire else { return (nil, nil) }
+                    if DispatchTime.now() < state.deadline { return (nil, state.deadline) }
+                    state.fire = nil
+                    return (fire, nil)
+                }
+                if let later { check(at: later) }
+                fire?()
+            }
+        }
     }
 
     /// Resolved when the session reports its task finished (`didCompleteWithError`), whether
@@ -131,6 +183,7 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
         let refusal = eventArrived(for: dataTask)
+        handler(for: dataTask)?.idle?.restart()
         guard let handler = handler(for: dataTask) else {
             completionHandler(.cancel)
             return
@@ -179,7 +232,13 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
         guard answers else { return }
         // A refused redirect is not followed: the redirect itself becomes the task's response,
         // which `didReceive` answers with the refusal.
-        completionHandler(refused == nil ? Self.redirected(request, by: response, from: task.currentRequest?.url) : nil)
+        guard refused == nil else { return completionHandler(nil) }
+        var next = Self.redirected(request, by: response, from: task.currentRequest?.url)
+        if let idle = handler(for: task)?.idle {
+            idle.restart()
+            next.timeoutInterval = idle.sessionTimeout
+        }
+        completionHandler(next)
     }
 
     /// `request` (the redirect as the session built it) sent where the response's `Location`
@@ -248,7 +307,9 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
         _ = eventArrived(for: dataTask)
-        handler(for: dataTask)?.continuation.yield(.data(data))
+        guard let handler = handler(for: dataTask) else { return }
+        handler.idle?.restart()
+        handler.continuation.yield(.data(data))
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
@@ -256,6 +317,7 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
         completions.withLock { $0.removeValue(forKey: task.taskIdentifier) }?.resolve()
         _ = gates.withLock { $0.removeValue(forKey: task.taskIdentifier) }
         guard let handler = handlers.withLock({ $0.removeValue(forKey: task.taskIdentifier) }) else { return }
+        handler.idle?.stop()
         if let error {
             handler.continuation.finish(throwing: error)
         } else {
