@@ -4,7 +4,8 @@ import Foundation
 
 /// HEIC/AVIF support through libheif is optional: build with `LUMEN_HEIF=1` in the
 /// environment (and `libheif-dev` installed) to turn it on. Without it the package builds
-/// and HEIC/AVIF input is reported as `unsupportedFormat`.
+/// and HEIC/AVIF input is reported as `unsupportedFormat(.heic)` or `unsupportedFormat(.avif)`,
+/// whose message says that HEIC/AVIF support is not built in and how to build it.
 let heifEnabled = ProcessInfo.processInfo.environment["LUMEN_HEIF"] == "1"
 
 var imagingDependencies: [Target.Dependency] = [

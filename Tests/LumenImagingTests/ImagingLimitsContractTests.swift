@@ -143,20 +143,42 @@ struct ImagingLimitsContractTests {
     }
 
     @Test func garbageIsATypedError() throws {
-        #expect(Contract.error { () throws(ImagingError) in _ = try ImageDecoder.decode(Data()) } == .unsupportedFormat)
-        #expect(Contract.error { () throws(ImagingError) in _ = try ImageDecoder.decode(Data([0xFF])) } == .unsupportedFormat)
-        #expect(Contract.error { () throws(ImagingError) in _ = try ImageDecoder.info(for: Data()) } == .unsupportedFormat)
+        #expect(Contract.error { () throws(ImagingError) in _ = try ImageDecoder.decode(Data()) } == .unsupportedFormat(nil))
+        #expect(Contract.error { () throws(ImagingError) in _ = try ImageDecoder.decode(Data([0xFF])) } == .unsupportedFormat(nil))
+        #expect(Contract.error { () throws(ImagingError) in _ = try ImageDecoder.info(for: Data()) } == .unsupportedFormat(nil))
         var rng = SeededRandom(seed: 7)
         for n in [2, 3, 16, 1000] {
             let bytes = Data((0..<n).map { _ in UInt8.random(in: 0...255, using: &rng) })
-            #expect(Contract.error { () throws(ImagingError) in _ = try ImageDecoder.decode(bytes) } == .unsupportedFormat)
+            #expect(Contract.error { () throws(ImagingError) in _ = try ImageDecoder.decode(bytes) } == .unsupportedFormat(nil))
         }
         // Magic bytes and nothing else: an error, never a crash.
         for magic: [UInt8] in [[0xFF, 0xD8, 0xFF], [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A], Array("GIF89a".utf8),
                                Array("RIFF".utf8) + [0, 0, 0, 0] + Array("WEBP".utf8)] {
             #expect(Contract.error { () throws(ImagingError) in _ = try ImageDecoder.decode(Data(magic)) } != nil)
         }
+        let message = ImagingError.unsupportedFormat(nil).description
+        #expect(message == "unsupportedFormat: not a JPEG, PNG, WebP, GIF, HEIC or AVIF image")
     }
+
+    #if !LUMEN_HEIF
+    /// A build without libheif (the default) still recognises HEIC and AVIF: they fail as
+    /// `unsupportedFormat` naming the format, and the message says that the support is not
+    /// built in and how to build it, instead of calling the file none of the formats.
+    @Test func heifWithoutLibheifSaysItIsNotBuiltIn() throws {
+        let avif = try WebPFixtures.corpus("avif_hopper.avif")
+        let heic = Data(SniffingTests.ftyp(major: "heic", compatible: ["mif1", "heic"]))
+        for (data, format) in [(avif, ImageFormat.avif), (heic, .heic)] {
+            let error = Contract.error { () throws(ImagingError) in _ = try ImageDecoder.decode(data) }
+            #expect(error == .unsupportedFormat(format))
+            #expect(Contract.error { () throws(ImagingError) in _ = try ImageDecoder.info(for: data) } == .unsupportedFormat(format))
+            let message = error.map { "\($0)" } ?? ""
+            #expect(message.hasPrefix("unsupportedFormat: \(format.rawValue.uppercased()), "), "\(message)")
+            #expect(message.contains("HEIC/AVIF support is not built in") && message.contains("LUMEN_HEIF=1"), "\(message)")
+        }
+        let encoding = Contract.error { () throws(ImagingError) in _ = try SyntheticImages.pattern(width: 4, height: 4, format: .rgb8).encode(as: .avif()) }
+        #expect(encoding == .unsupportedFormat(.avif))
+    }
+    #endif
 
     static func files() throws -> [(String, Data)] {
         let photo = CorpusJPEG.photoLike(width: 160, height: 120)

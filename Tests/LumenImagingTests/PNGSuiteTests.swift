@@ -47,7 +47,7 @@ struct PNGSuiteTests {
         switch name {
         case "xcrn0g04", "xlfn0g04", "xs1n0g01", "xs2n0g01", "xs4n0g01", "xs7n0g01":
             // The 8-byte signature is damaged (CR/LF translation, wrong bytes): not a PNG at all.
-            #expect(error == .unsupportedFormat, "\(name): \(String(describing: error))")
+            #expect(error == .unsupportedFormat(nil), "\(name): \(String(describing: error))")
         default:
             // Bad colour type or bit depth, CRC mismatch (IHDR or IDAT), no IDAT: a damaged PNG.
             #expect(CorpusPNG.isCorrupted(error), "\(name): \(String(describing: error))")

@@ -8,7 +8,8 @@ import CHeif
 /// channel. libheif applies the container's rotation and mirroring (`irot`/`imir`) itself, so
 /// the header reports the displayed size and orientation `.up`. Which compressions decode and
 /// encode depends on the plugins libheif was built with (Debian 12: libde265 for HEVC,
-/// dav1d/aom for AV1 decoding, aom for AV1 encoding); a missing one is `unsupportedFormat`.
+/// dav1d/aom for AV1 decoding, aom for AV1 encoding); a missing one is `unsupportedFormat`
+/// with the sniffed format.
 enum HEIFCodec: ImageCodec {
     static func readHeader(_ data: UnsafeRawBufferPointer, options: DecodeOptions) throws(ImagingError) -> ImageHeader {
         try withPrimaryImage(data, options: options) { handle throws(ImagingError) in
@@ -34,7 +35,7 @@ enum HEIFCodec: ImageCodec {
             let status = heif_decode_image(
                 handle, &image, heif_colorspace_RGB,
                 format == .rgba8 ? heif_chroma_interleaved_RGBA : heif_chroma_interleaved_RGB, decodingOptions)
-            guard status.code == heif_error_Ok, let image else { throw error(status) }
+            guard status.code == heif_error_Ok, let image else { throw error(status, data: data) }
             defer { heif_image_release(image) }
 
             let width = Int(heif_image_get_width(image, heif_channel_interleaved))
@@ -92,22 +93,25 @@ enum HEIFCodec: ImageCodec {
         // No side can be longer than the pixel limit; libheif's own guard refuses more.
         heif_context_set_maximum_image_size_limit(context, Int32(clamping: options.maximumPixelCount))
         var status = heif_context_read_from_memory_without_copy(context, data.baseAddress, data.count, nil)
-        guard status.code == heif_error_Ok else { throw error(status) }
+        guard status.code == heif_error_Ok else { throw error(status, data: data) }
         var handle: OpaquePointer?
         status = heif_context_get_primary_image_handle(context, &handle)
-        guard status.code == heif_error_Ok, let handle else { throw error(status) }
+        guard status.code == heif_error_Ok, let handle else { throw error(status, data: data) }
         defer { heif_image_handle_release(handle) }
         return try body(handle)
     }
 
-    private static func error(_ status: heif_error) -> ImagingError {
+    /// The typed error for a libheif status about `data`: a file libheif does not take for
+    /// HEIF is `unsupportedFormat(nil)`, one whose compression has no plugin here names its
+    /// sniffed format.
+    private static func error(_ status: heif_error, data: UnsafeRawBufferPointer) -> ImagingError {
         let message = status.message.map { String(cString: $0) } ?? "code \(status.code.rawValue)"
         if status.subcode == heif_suberror_End_of_data { return .truncated }
         switch status.code {
         case heif_error_Unsupported_filetype:
-            return .unsupportedFormat
+            return .unsupportedFormat(nil)
         case heif_error_Unsupported_feature where status.subcode == heif_suberror_Unsupported_codec:
-            return .unsupportedFormat
+            return .unsupportedFormat(ImageFormat(sniffing: data) ?? .heic)
         case heif_error_Memory_allocation_error where status.subcode == heif_suberror_Security_limit_exceeded:
             return .corrupted(reason: "libheif security limit: \(message)")
         default:
@@ -120,15 +124,15 @@ enum HEIFCodec: ImageCodec {
 
 extension HEIFCodec {
     /// `image` as AVIF at `quality` (0–100), with alpha when the image has it.
-    /// - Throws: ``ImagingError/unsupportedFormat`` when libheif has no AV1 encoder,
+    /// - Throws: ``ImagingError/unsupportedFormat(_:)`` (with `.avif`) when libheif has no AV1 encoder,
     ///   ``ImagingError/encodingFailed(reason:)`` when encoding fails.
     static func encodeAVIF(_ image: Bitmap, quality: Int) throws(ImagingError) -> Data {
-        guard canEncodeAVIF, let context = heif_context_alloc() else { throw .unsupportedFormat }
+        guard canEncodeAVIF, let context = heif_context_alloc() else { throw .unsupportedFormat(.avif) }
         defer { heif_context_free(context) }
         var encoder: OpaquePointer?
         guard heif_context_get_encoder_for_format(context, heif_compression_AV1, &encoder).code == heif_error_Ok,
               let encoder
-        else { throw .unsupportedFormat }
+        else { throw .unsupportedFormat(.avif) }
         defer { heif_encoder_release(encoder) }
         try check(heif_encoder_set_lossy_quality(encoder, Int32(min(max(quality, 0), 100))))
 

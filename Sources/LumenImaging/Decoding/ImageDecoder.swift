@@ -184,7 +184,7 @@ public enum ImageDecoder {
     }
 
     static func header(for bytes: UnsafeRawBufferPointer, options: DecodeOptions) throws(ImagingError) -> ImageHeader {
-        guard let format = ImageFormat(sniffing: bytes) else { throw .unsupportedFormat }
+        guard let format = ImageFormat(sniffing: bytes) else { throw .unsupportedFormat(nil) }
         let header = try codec(for: format).readHeader(bytes, options: options)
         guard header.width > 0, header.height > 0 else {
             throw .corrupted(reason: "header declares an empty \(header.width)x\(header.height) image")
@@ -210,7 +210,8 @@ public enum ImageDecoder {
             #if LUMEN_HEIF
             return HEIFCodec.self
             #else
-            throw .unsupportedFormat
+            // Recognised, but not built in: the error names the format (and how to get it).
+            throw .unsupportedFormat(format)
             #endif
         }
     }

@@ -14,8 +14,8 @@ public enum EncodingFormat: Sendable, Hashable {
 
 extension Bitmap {
     /// This image encoded in `format`.
-    /// - Throws: ``ImagingError/encodingFailed(reason:)``, or ``ImagingError/unsupportedFormat``
-    ///   for AVIF without libheif.
+    /// - Throws: ``ImagingError/encodingFailed(reason:)``, or
+    ///   ``ImagingError/unsupportedFormat(_:)`` (with `.avif`) for AVIF without libheif.
     public func encode(as format: EncodingFormat) throws(ImagingError) -> Data {
         switch format {
         case .jpeg(let quality, let progressive):
@@ -29,7 +29,7 @@ extension Bitmap {
             return try HEIFCodec.encodeAVIF(self, quality: quality)
             #else
             _ = quality
-            throw .unsupportedFormat
+            throw .unsupportedFormat(.avif)
             #endif
         }
     }
