@@ -17,9 +17,10 @@ import Foundation
 ///   (the orchestrator checks the product from ``readHeader(_:options:)`` before decoding).
 /// - Chunk limits: no ancillary chunk may inflate past ``maximumChunkSize`` and all stored
 ///   ancillary chunks together (text, ICC, EXIF, …) past ``chunkCacheLimit``. A file that hits
-///   them is a metadata decompression bomb: it fails as ``ImagingError/tooLarge(width:height:)``
-///   with the image's declared size, since `ImagingError` has no "metadata too large" case and
-///   callers already treat `tooLarge` as "refused because it would cost too much memory".
+///   them is a metadata decompression bomb: it fails as ``ImagingError/corrupted(reason:)``
+///   saying that its ancillary chunks exceed the metadata limit (not as `tooLarge`, which is
+///   the pixel limit: the image itself may be 1×1). Such a file never decodes, whatever the
+///   pixel limit.
 /// - CRC: a checksum mismatch in any chunk, critical or ancillary, is an error (libspng's
 ///   default silently drops ancillary chunks with bad CRCs). The trailing chunks after the
 ///   image data are read too, so the last IDAT's CRC is checked; a file that simply ends
@@ -228,9 +229,13 @@ enum PNGCodec: ImageCodec {
         guard status != 0 else { return }
         if isEndOfData(status) { throw .truncated }
         switch status {
-        case Int32(SPNG_EUSER_WIDTH.rawValue), Int32(SPNG_EUSER_HEIGHT.rawValue), Int32(SPNG_ECHUNK_LIMITS.rawValue):
+        case Int32(SPNG_EUSER_WIDTH.rawValue), Int32(SPNG_EUSER_HEIGHT.rawValue):
             let (width, height) = declaredSize(data)
             throw .tooLarge(width: width, height: height)
+        case Int32(SPNG_ECHUNK_LIMITS.rawValue):
+            // The metadata, not the pixels, is over a limit: say which one.
+            throw .corrupted(reason: "ancillary chunks exceed the metadata limit (\(maximumChunkSize >> 20) MiB per chunk "
+                + "inflated, \(chunkCacheLimit >> 20) MiB in all)")
         default:
             throw .corrupted(reason: "libspng: " + String(cString: spng_strerror(status)))
         }

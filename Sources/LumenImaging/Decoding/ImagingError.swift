@@ -11,7 +11,9 @@ public enum ImagingError: Error, Sendable, Hashable {
     /// the image's compression. `switch` and `catch` patterns may leave the value out
     /// (`case .unsupportedFormat:` matches both kinds).
     case unsupportedFormat(ImageFormat?)
-    /// The data is damaged or violates its format; `reason` says what the codec found.
+    /// The data is damaged or violates its format, or goes past one of a codec's own safety
+    /// limits other than the pixel limit (a PNG's metadata, libheif's security limits);
+    /// `reason` says what the codec found.
     case corrupted(reason: String)
     /// The data ends before the image does and nothing usable could be recovered.
     case truncated
