@@ -21,9 +21,11 @@ import Synchronization
 /// before anything loads: when distinct inputs would share a name, the first keeps it and the
 /// next ones get `<name>-2`, `<name>-3`, … A name that would replace an input file (an input
 /// in DIR with the output format's extension) takes the next one the same way. Control
-/// characters in a name become `_`, and in printed lines Swift escapes (`\n`): one input, one
-/// line. Each plain progress line names the file written
-/// (`done 3/5: <input> -> <file>`); on a terminal, the outputs of inputs that share a name
+/// characters and Unicode format characters (bidi overrides and isolates, zero-width
+/// characters: see ``isControlOrFormat(_:)``) in a name become `_`, and in printed lines Swift
+/// escapes (`\n`, `\u{202E}`): one input, one line, its text in the order it was written.
+/// Each plain progress line names the file written (`done 3/5: <input> -> <file>`); on a
+/// terminal, the outputs of inputs that share a name
 /// (the first one and the renamed ones) are listed above the bar.
 enum ThumbnailCommand {
     static let usage = """
@@ -72,14 +74,27 @@ enum ThumbnailCommand {
         }
     }
 
-    /// `text` with its control characters (a line feed, a carriage return, an escape) written
-    /// as Swift escapes (`\n`, `\r`, `\u{1B}`): an input or a reason printed in a line can
-    /// neither split it nor reach the terminal as a control sequence.
+    /// Whether `scalar` is a control character (general category Cc: a line feed, an escape)
+    /// or a format character (Cf: the bidi overrides, embeddings and isolates U+202A–U+202E
+    /// and U+2066–U+2069, the zero-width characters U+200B–U+200F, U+FEFF, …). The first kind
+    /// can split a line or drive the terminal; the second can reorder or hide the text around
+    /// it, so that a name reads as something it is not (`…\u{202E}gpj.exe` shows as `…exe.jpg`).
+    static func isControlOrFormat(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.properties.generalCategory {
+        case .control, .format: true
+        default: false
+        }
+    }
+
+    /// `text` with its control and format characters (see ``isControlOrFormat(_:)``) written as
+    /// Swift escapes (`\n`, `\r`, `\u{1B}`, `\u{202E}`): an input or a reason printed in a line
+    /// can neither split it, reach the terminal as a control sequence, nor show its text
+    /// reordered or hidden.
     static func printable(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else { return text }
+        guard text.unicodeScalars.contains(where: isControlOrFormat) else { return text }
         var result = ""
         for scalar in text.unicodeScalars {
-            guard scalar.properties.generalCategory == .control else {
+            guard isControlOrFormat(scalar) else {
                 result.unicodeScalars.append(scalar)
                 continue
             }
@@ -327,13 +342,14 @@ enum ThumbnailCommand {
     ///
     /// The name is always one file name inside the output directory: a URL's last path
     /// component is percent-decoded, so `..%2F..%2Fx.jpg` would otherwise name `../../x`; each
-    /// `/` and control character (NUL, a line feed, an escape: `%0A`, `%1B`…) becomes `_`, `.`
-    /// and `..` become `image`, and a name longer than 200 bytes is cut to its first 200 (at a
-    /// character boundary).
+    /// `/`, control character (NUL, a line feed, an escape: `%0A`, `%1B`…) and format character
+    /// (a bidi override, a zero-width space: `%E2%80%AE`, `%E2%80%8B`…; see
+    /// ``isControlOrFormat(_:)``) becomes `_`, `.` and `..` become `image`, and a name longer
+    /// than 200 bytes is cut to its first 200 (at a character boundary).
     static func outputName(for url: URL) -> String {
         if url.scheme == "data" || url.lastPathComponent == "/" { return "image" }
         var name = String(String.UnicodeScalarView((url.lastPathComponent as NSString).deletingPathExtension.unicodeScalars.map {
-            $0 == "/" || $0.properties.generalCategory == .control ? "_" : $0
+            $0 == "/" || isControlOrFormat($0) ? "_" : $0
         }))
         if name.isEmpty || name == "." || name == ".." { return "image" }
         while name.utf8.count > 200 { name.removeLast() }

@@ -103,6 +103,33 @@ extension CLIContractTests {
             #expect(!written.contains { $0.unicodeScalars.contains { $0.properties.generalCategory == .control } }, "\(written)")
         }
 
+        /// Unicode format characters reorder or hide text: after a right-to-left override
+        /// (U+202E) `a\u{202E}gnp.jpg` reads as `agpj.png`. Decoded from a URL or raw in a file
+        /// name, each one becomes `_` in the output's name and is printed as an escape; no
+        /// output name and no line holds one raw.
+        @Test func formatCharactersBecomeUnderscoresInNamesAndEscapesInLines() async throws {
+            let server = try LoopbackServer()
+            defer { server.stop() }
+            let path = "/%E2%80%AEgpj%E2%80%8Bx%E2%81%A6y%EF%BB%BF.jpg"  // U+202E, U+200B, U+2066, U+FEFF
+            server.serve(path: path, data: try CLIContractTests.corpusData("hopper.jpg"), contentType: "image/jpeg")
+            let root = try CLIContractTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: root) }
+            let good = root.appendingPathComponent("a\u{202E}gnp\u{200F}.jpg"), bad = root.appendingPathComponent("bad\u{2067}.png")
+            try CLIContractTests.corpusData("hopper.jpg").write(to: good)
+            try CLIContractTests.corpusData("broken.png").write(to: bad)
+            let output = root.appendingPathComponent("out")
+            let outcome = try await CLIContractTests.run(
+                ["thumbnail", server.url(for: path).absoluteString, good.path, bad.path, "--size", "32", "--output", output.path, "--no-cache"])
+            #expect(outcome.status == 1)
+            #expect(try CLIContractTests.summary(outcome.standardOutput) == Summary(done: 2, failed: 1, networkRequests: 1, cacheHits: 0))
+            #expect(Set(try FileManager.default.contentsOfDirectory(atPath: output.path)) == ["_gpj_x_y_.jpeg", "a_gnp_.jpeg"])
+            for text in [outcome.standardOutput, outcome.standardError] {
+                #expect(!text.unicodeScalars.contains { $0.properties.generalCategory == .format }, "\(text.debugDescription)")
+            }
+            #expect(outcome.standardOutput.contains(#"a\u{202E}gnp\u{200F}.jpg -> "#), "\(outcome.standardOutput.debugDescription)")
+            #expect(outcome.standardError.contains(#"bad\u{2067}.png: "#), "\(outcome.standardError.debugDescription)")
+        }
+
         /// A file name may hold a line feed (`lumen thumbnail *` in a directory that has one).
         /// Its failure is still one line on standard error, and standard output plain lines.
         @Test func aFileNameWithALineFeedIsStillOneLine() async throws {
