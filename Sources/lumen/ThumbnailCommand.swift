@@ -76,12 +76,16 @@ enum ThumbnailCommand {
 
     /// Whether `scalar` is a control character (general category Cc: a line feed, an escape)
     /// or a format character (Cf: the bidi overrides, embeddings and isolates U+202A–U+202E
-    /// and U+2066–U+2069, the zero-width characters U+200B–U+200F, U+FEFF, …). The first kind
-    /// can split a line or drive the terminal; the second can reorder or hide the text around
-    /// it, so that a name reads as something it is not (`…\u{202E}gpj.exe` shows as `…exe.jpg`).
+    /// and U+2066–U+2069, the zero-width space and marks U+200B, U+200E, U+200F, U+FEFF, …).
+    /// The first kind can split a line or drive the terminal; the second can reorder or hide
+    /// the text around it, so that a name reads as something it is not (`…\u{202E}gpj.exe`
+    /// shows as `…exe.jpg`). The zero-width non-joiner and joiner (U+200C, U+200D) are kept:
+    /// words in Persian or Indic scripts and emoji sequences (👩‍💻) need them, and they move
+    /// nothing.
     static func isControlOrFormat(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.properties.generalCategory {
-        case .control, .format: true
+        case .control: true
+        case .format: scalar != "\u{200C}" && scalar != "\u{200D}"
         default: false
         }
     }

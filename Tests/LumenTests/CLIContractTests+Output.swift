@@ -115,17 +115,22 @@ extension CLIContractTests {
             let root = try CLIContractTests.temporaryDirectory()
             defer { try? FileManager.default.removeItem(at: root) }
             let good = root.appendingPathComponent("a\u{202E}gnp\u{200F}.jpg"), bad = root.appendingPathComponent("bad\u{2067}.png")
+            // The zero-width joiner of an emoji sequence moves nothing: kept.
+            let joined = root.appendingPathComponent("\u{1F469}\u{200D}\u{1F4BB}.jpg")
             try CLIContractTests.corpusData("hopper.jpg").write(to: good)
+            try CLIContractTests.corpusData("hopper.jpg").write(to: joined)
             try CLIContractTests.corpusData("broken.png").write(to: bad)
             let output = root.appendingPathComponent("out")
             let outcome = try await CLIContractTests.run(
-                ["thumbnail", server.url(for: path).absoluteString, good.path, bad.path, "--size", "32", "--output", output.path, "--no-cache"])
+                ["thumbnail", server.url(for: path).absoluteString, good.path, joined.path, bad.path, "--size", "32", "--output", output.path, "--no-cache"])
             #expect(outcome.status == 1)
-            #expect(try CLIContractTests.summary(outcome.standardOutput) == Summary(done: 2, failed: 1, networkRequests: 1, cacheHits: 0))
-            #expect(Set(try FileManager.default.contentsOfDirectory(atPath: output.path)) == ["_gpj_x_y_.jpeg", "a_gnp_.jpeg"])
+            #expect(try CLIContractTests.summary(outcome.standardOutput) == Summary(done: 3, failed: 1, networkRequests: 1, cacheHits: 0))
+            #expect(Set(try FileManager.default.contentsOfDirectory(atPath: output.path))
+                == ["_gpj_x_y_.jpeg", "a_gnp_.jpeg", "\u{1F469}\u{200D}\u{1F4BB}.jpeg"])
             for text in [outcome.standardOutput, outcome.standardError] {
-                #expect(!text.unicodeScalars.contains { $0.properties.generalCategory == .format }, "\(text.debugDescription)")
+                #expect(!text.unicodeScalars.contains { $0.properties.generalCategory == .format && $0 != "\u{200D}" }, "\(text.debugDescription)")
             }
+            #expect(outcome.standardOutput.contains("\u{1F469}\u{200D}\u{1F4BB}.jpg -> "), "\(outcome.standardOutput.debugDescription)")
             #expect(outcome.standardOutput.contains(#"a\u{202E}gnp\u{200F}.jpg -> "#), "\(outcome.standardOutput.debugDescription)")
             #expect(outcome.standardError.contains(#"bad\u{2067}.png: "#), "\(outcome.standardError.debugDescription)")
         }
