@@ -165,7 +165,7 @@ struct LoaderTests {
         #expect(server.requestCount(for: "/slow") == 1)
     }
 
-    /// FoundationNetworking keeps only the whole seconds of a request timeout (0.75 s became 0
+    /// FoundationNetworking keeps only the whole seconds of a request timeout (0.9 s became 0
     /// and timed every load out at once; 1.5 s became 1 s). The loader keeps a fractional one
     /// itself, from the session's configuration or the request's own: a server that answers
     /// at once is loaded, through a redirect too; one that never answers, or stops in the
@@ -181,11 +181,11 @@ struct LoaderTests {
         server.holdBody("/stall", after: 1_000)
         defer { server.releaseAll() }
         let configuration = DataLoader.defaultConfiguration
-        if !onTheRequest { configuration.timeoutIntervalForRequest = 0.75 }
+        if !onTheRequest { configuration.timeoutIntervalForRequest = 0.9 }
         let loader = DataLoader(configuration: configuration)
         func request(_ path: String) -> URLRequest {
             var request = URLRequest(url: server.url(for: path))
-            if onTheRequest { request.timeoutInterval = 0.75 }
+            if onTheRequest { request.timeoutInterval = 0.9 }
             return request
         }
 
