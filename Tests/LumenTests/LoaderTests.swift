@@ -287,6 +287,64 @@ struct LoaderTests {
         #expect(sink.data == body.prefix(sink.data.count))
     }
 
+    /// A gzip body cut short by the server's close (its `Content-Length` counts the whole
+    /// gzip) is a lost connection, which the pipeline retries, not an unknown error; the
+    /// length is not comparable with the bytes decoded, so it is not `.incompleteBody`.
+    @Test func aContentEncodedBodyCutShortIsALostConnection() async throws {
+        let body = Self.bytes(count: 60_000, seed: 9)
+        let gzip = Self.storedGzip(body)
+        server.serve(path: "/gz", data: gzip, headers: ["Content-Encoding": "gzip"])
+        // Whole: decoded by libcurl.
+        let sink = ChunkSink()
+        _ = try await loader.loadData(for: URLRequest(url: server.url(for: "/gz")), didReceive: sink.append)
+        #expect(sink.data == body)
+
+        server.truncate(path: "/gz", after: gzip.count / 2)
+        let error = await #expect(throws: URLError.self) {
+            try await loader.loadData(for: URLRequest(url: server.url(for: "/gz"))) { _, _ in }
+        }
+        #expect(error?.code == .networkConnectionLost, "\(String(describing: error))")
+    }
+
+    /// A chunked body's `Content-Length` is ignored, as libcurl ignores it (RFC 9112, 6.3): a
+    /// complete chunked body is not "incomplete" for a larger length, nor is the load refused.
+    @Test(arguments: [2, 1])
+    func aChunkedBodyIgnoresAContentLength(factor: Int) async throws {
+        let body = Self.bytes(count: 50_000, seed: 3)
+        server.serve(path: "/c", data: body, headers: ["Content-Length": String(body.count * factor)])
+        server.setChunked(for: "/c", chunkSize: 7_000)
+        let sink = ChunkSink()
+
+        let response = try await loader.loadData(for: URLRequest(url: server.url(for: "/c")), didReceive: sink.append)
+
+        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        #expect(sink.data == body)
+    }
+
+    /// `data` as a gzip stream of stored (uncompressed) deflate blocks.
+    static func storedGzip(_ data: Data) -> Data {
+        var out = Data([0x1F, 0x8B, 8, 0, 0, 0, 0, 0, 0, 0xFF])
+        var offset = 0
+        repeat {
+            let count = min(65_535, data.count - offset)
+            let isLast = offset + count == data.count
+            out.append(isLast ? 1 : 0)
+            out.append(contentsOf: [UInt8(count & 0xFF), UInt8(count >> 8), UInt8(~count & 0xFF), UInt8((~count >> 8) & 0xFF)])
+            out.append(data[data.startIndex + offset ..< data.startIndex + offset + count])
+            offset += count
+        } while offset < data.count
+        var crc: UInt32 = 0xFFFF_FFFF
+        for byte in data {
+            crc ^= UInt32(byte)
+            for _ in 0..<8 { crc = crc & 1 == 1 ? (crc >> 1) ^ 0xEDB8_8320 : crc >> 1 }
+        }
+        crc = ~crc
+        for value in [crc, UInt32(truncatingIfNeeded: data.count)] {
+            out.append(contentsOf: [UInt8(value & 0xFF), UInt8((value >> 8) & 0xFF), UInt8((value >> 16) & 0xFF), UInt8(value >> 24)])
+        }
+        return out
+    }
+
     /// A body declared gzip that is not: libcurl cannot undo the encoding, and that is what
     /// the error says — not "incomplete body" (the wire length is not the decoded length).
     @Test func undecodableContentEncodingIsNotCalledAnIncompleteBody() async throws {

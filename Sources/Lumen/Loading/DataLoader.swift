@@ -329,13 +329,17 @@ public final class DataLoader: DataLoading, Sendable {
             // unknown error: name it. (Not for a content-encoded body: its length is not
             // comparable, and the same error then means the encoding could not be undone,
             // which libcurl's message says.)
-            if let response, response.expectedContentLength > received, !Self.isContentEncoded(response) {
-                throw Error.incompleteBody(expected: response.expectedContentLength, received: received)
+            let declared = response.map(Self.declaredLength) ?? -1
+            if let response, declared > received, !Self.isContentEncoded(response) {
+                throw Error.incompleteBody(expected: declared, received: received)
             }
             // A body of unknown length (chunked) that the server's close cut short is the same
             // unknown error: the connection was lost, as FoundationNetworking says when the
-            // close is a reset.
-            if error.code == .unknown, let response, response.expectedContentLength < 0, !Self.isContentEncoded(response) {
+            // close is a reset. So is a content-encoded body cut short, which libcurl tells
+            // apart from an encoding it cannot undo only in its message ("transfer closed
+            // with 1234 bytes remaining to read", "… with outstanding read data remaining").
+            if error.code == .unknown, let response,
+               declared < 0 && !Self.isContentEncoded(response) || Self.isContentEncoded(response) && Self.saysTransferClosed(error) {
                 throw URLError(.networkConnectionLost, userInfo: error.userInfo)
             }
             throw error
@@ -347,13 +351,30 @@ public final class DataLoader: DataLoading, Sendable {
     /// Throws when the body is shorter than the `Content-Length` the response announced
     /// (when the body is not content-encoded, so the two are comparable).
     private static func checkComplete(_ response: URLResponse, received: Int64, request: URLRequest) throws {
-        let expected = response.expectedContentLength
+        let expected = declaredLength(response)
         guard expected > 0, received != expected, request.httpMethod?.uppercased() != "HEAD" else { return }
         if let http = response as? HTTPURLResponse, http.statusCode == 304 || http.statusCode == 204 { return }
         if isContentEncoded(response) { return }
         if received < expected {
             throw Error.incompleteBody(expected: expected, received: received)
         }
+    }
+
+    /// The body's length as the response declares it, -1 when unknown: its `Content-Length`,
+    /// unless a `Transfer-Encoding` frames the body, which then overrides it (RFC 9112,
+    /// section 6.3: libcurl reads the chunks and ignores the length, and so must the check).
+    static func declaredLength(_ response: URLResponse) -> Int64 {
+        if let encoding = (response as? HTTPURLResponse)?.value(forHTTPHeaderField: "Transfer-Encoding"),
+           encoding.lowercased() != "identity" {
+            return -1
+        }
+        return response.expectedContentLength
+    }
+
+    /// Whether libcurl's message in `error` says the connection closed before the body ended.
+    private static func saysTransferClosed(_ error: URLError) -> Bool {
+        let message = (error.userInfo[NSLocalizedDescriptionKey] as? String) ?? ""
+        return message.contains("transfer closed with")
     }
 
     /// Whether the body was sent content-encoded (gzip, …), so that its length on the wire is

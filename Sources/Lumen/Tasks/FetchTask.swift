@@ -315,7 +315,7 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
             return try state.withLock { state throws(ImagePipeline.Error) -> (ImageTask.Progress, Data?) in
                 if state.isFirstChunk {
                     state.isFirstChunk = false
-                    state.expected = max(0, response.expectedContentLength)
+                    state.expected = max(0, DataLoader.declaredLength(response))
                     if state.expected > Int64(limit) {
                         throw .dataTooLarge(limit: limit, byteCount: Int(clamping: state.expected))
                     }
