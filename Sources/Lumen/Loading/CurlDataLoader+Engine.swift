@@ -174,7 +174,9 @@ extension CurlDataLoader {
         /// and returns how long the poll may sleep before the next such deadline (ms).
         private func endIdleTransfers() -> Int32 {
             let now = DispatchTime.now().uptimeNanoseconds
-            var wait: UInt64 = 1_000 * 1_000_000  // a second when nothing is due sooner
+            // An hour when no deadline is due sooner: libcurl's own timers and the wakeup of a
+            // command end the poll earlier.
+            var wait: UInt64 = 3_600 * 1_000_000_000
             for transfer in Array(transfers.values) {
                 guard let limit = transfer.idleLimitNanoseconds else { continue }
                 let deadline = transfer.lastActivity &+ limit

@@ -293,7 +293,8 @@ extension CurlDataLoader {
         /// is the blank line that ends it. Lines before any status line are ignored.
         mutating func feed(_ line: String) -> Head? {
             var text = Substring(line)
-            while let last = text.last, last == "\n" || last == "\r" { text = text.dropLast() }
+            // (`"\r\n"` is one `Character`: `isNewline` catches it, and a lone `"\n"` or `"\r"`.)
+            while let last = text.last, last.isNewline { text = text.dropLast() }
             if text.hasPrefix("HTTP/") {
                 let parts = text.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true)
                 let status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
