@@ -79,8 +79,12 @@ extension CurlDataLoader {
             guard let multi = curl_multi_init() else { fatalError("CurlDataLoader: curl_multi_init failed (out of memory)") }
             self.multi = multi
             _ = lumen_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, maximumConnectionsPerHost)
-            let thread = Thread { [self] in run() }
-            thread.name = "Lumen.CurlDataLoader"
+            let thread = Thread { [self] in
+                // Named from inside (a name set before `start()` did not reach Linux's thread
+                // name), in at most 15 bytes (Linux refuses a longer one).
+                Thread.current.name = "LumenCurlLoader"
+                run()
+            }
             thread.start()
         }
 
