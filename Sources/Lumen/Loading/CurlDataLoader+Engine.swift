@@ -80,8 +80,7 @@ extension CurlDataLoader {
             self.multi = multi
             _ = lumen_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, maximumConnectionsPerHost)
             let thread = Thread { [self] in
-                // Named from inside (a name set before `start()` did not reach Linux's thread
-                // name), in at most 15 bytes (Linux refuses a longer one).
+                // Named in at most 15 bytes: Linux refuses a longer thread name.
                 Thread.current.name = "LumenCurlLoader"
                 run()
             }

@@ -42,7 +42,9 @@ import FoundationNetworking
 /// - Timeouts: `requestTimeout` (or a request's own `timeoutInterval`, when it is not the
 ///   default 60 s) bounds each wait for bytes, fractions of a second included (the loader
 ///   keeps it itself, from the last byte received); `resourceTimeout` bounds the whole load,
-///   redirects included. Both throw `URLError(.timedOut)`.
+///   redirects included. Both throw `URLError(.timedOut)`. Both count from the moment the
+///   loader's thread takes the load, so a wait for a free connection (past the 6 per host)
+///   counts too.
 /// - Redirects: followed, at most 20, within `http` and `https` only: a `Location` naming
 ///   `file:`, `data:`, `ftp:` or any other scheme fails with `URLError(.unsupportedURL)`
 ///   without a second request. libcurl resolves a relative `Location` as RFC 3986 says and
