@@ -299,6 +299,13 @@ struct CurlDataLoaderTests {
         #expect(sink.chunks == 0)
         #expect(ImagePipeline.RetryPolicy.isTransient(.dataLoadingFailed(try #require(error))))
 
+        // After a redirect too: the error is about the head cut short, not the redirect.
+        server.redirect(path: "/to-cut", to: "/cut")
+        let redirected = await #expect(throws: URLError.self) {
+            try await loader.loadData(for: URLRequest(url: server.url(for: "/to-cut")), didReceive: sink.append)
+        }
+        #expect(redirected?.code == .badServerResponse, "\(String(describing: redirected))")
+
         // The loader goes on.
         server.serve(path: "/ok", data: Data("ok".utf8))
         _ = try await loader.loadData(for: URLRequest(url: server.url(for: "/ok"))) { _, _ in }

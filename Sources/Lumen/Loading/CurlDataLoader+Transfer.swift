@@ -132,7 +132,10 @@ extension CurlDataLoader {
         private func receiveHeader(_ bytes: UnsafeRawBufferPointer) -> Bool {
             lastActivity = DispatchTime.now().uptimeNanoseconds
             guard response == nil else { return true }  // trailers after a chunked body
-            guard let ended = head.feed(String(decoding: bytes, as: UTF8.self)) else { return true }
+            let line = String(decoding: bytes, as: UTF8.self)
+            // A new head: libcurl followed the redirect, which is not the response any more.
+            if line.hasPrefix("HTTP/") { pendingRedirect = nil }
+            guard let ended = head.feed(line) else { return true }
             if (100..<200).contains(ended.status), ended.status != 101 {
                 return true  // interim (`100 Continue`, `103 Early Hints`): the real head follows
             }
