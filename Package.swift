@@ -39,13 +39,21 @@ let package = Package(
         .systemLibrary(name: "CLcms2", pkgConfig: "lcms2", providers: [.apt(["liblcms2-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CIsal", pkgConfig: "libisal", providers: [.apt(["libisal-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         // Small C shim for what Swift cannot call directly (function-like macros), and the
         // C loops that libraries leave to their callers (PNG rows inflated with ISA-L).
         .target(name: "CLumenShim", dependencies: ["CTurboJPEG", "CSpng", "CWebP", "CGif", "CLcms2", "CIsal"]),
+        // Typed wrappers for libcurl's variadic setters and getters (CurlDataLoader, Linux).
+        .target(name: "CLumenCurl", dependencies: ["CCurl"]),
         // The Linux imaging engine: the only Swift target that imports the C libraries.
         .target(name: "LumenImaging", dependencies: imagingDependencies, swiftSettings: imagingSettings),
         // The pipeline: work graph, caches, loading, prefetching.
-        .target(name: "Lumen", dependencies: ["LumenImaging", "CCrypto"]),
+        // `CurlDataLoader` (libcurl) is built on Linux only, so the package resolves elsewhere.
+        .target(name: "Lumen", dependencies: [
+            "LumenImaging", "CCrypto",
+            .target(name: "CCurl", condition: .when(platforms: [.linux])),
+            .target(name: "CLumenCurl", condition: .when(platforms: [.linux])),
+        ]),
         // Test doubles shipped for Lumen's users: fake data loader, loopback HTTP server.
         .target(name: "LumenTestSupport", dependencies: ["Lumen"]),
         // The command-line tool: demo, thumbnail, bench. A thin client of the public API.

@@ -12,6 +12,7 @@ packages=(
     libgif-dev          # giflib: GIF decode
     liblcms2-dev        # lcms2: ICC profile conversion to sRGB
     libssl-dev          # OpenSSL libcrypto: SHA-256 names for disk-cache entries
+    libcurl4-openssl-dev # libcurl: CurlDataLoader, HTTP through libcurl's multi interface
 )
 if [ "${LUMEN_HEIF:-0}" = "1" ]; then
     packages+=(libheif-dev)

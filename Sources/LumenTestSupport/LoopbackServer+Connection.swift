@@ -142,6 +142,11 @@ extension LoopbackServer {
                 return sendSimple(status: 405, keepAlive: keepAlive, extraHeaders: ["Allow": "GET, HEAD"])
             }
             guard let route else { return sendSimple(status: 404, keepAlive: keepAlive, isHead: request.method == "HEAD") }
+            if let raw = route.rawResponse {
+                // As given, then a clean close (the caller closes the socket).
+                _ = write(raw)
+                return false
+            }
             if let interim = route.informationalStatus {
                 // An interim response has no body and no framing headers; the real one follows.
                 let head = "HTTP/1.1 \(interim) \(HTTPStatus.reason(interim))\r\nLink: </hint.css>; rel=preload\r\n\r\n"

@@ -14,7 +14,7 @@ import Foundation
 /// (`hold(_:)` / `release(_:)`), pause a body part-way (`holdBody(_:after:)`), force a status code (`respond(path:status:)`), cut the body
 /// short (`truncate(path:after:)`), send it with chunked transfer encoding and no
 /// `Content-Length` (`setChunked(_:for:)`) or precede it with an interim `1xx` response
-/// (`sendInformational(_:for:)`). A route with an ETag or a Last-Modified date
+/// (`sendInformational(_:for:)`), or answer with raw bytes and close (`respondRaw(path:bytes:)`). A route with an ETag or a Last-Modified date
 /// answers matching conditional requests with `304 Not Modified` and no body.
 ///
 /// Tests wait for the server without sleeping: `waitForRequests(path:count:)` and
@@ -162,6 +162,14 @@ public final class LoopbackServer: Sendable {
     /// sent as given in `Location`; nil restores the content.
     public func redirect(path: String, to location: String?, status: Int = 302) {
         core.updateRoute(path) { $0.redirect = location.map { (status, $0) } }
+    }
+
+    /// Answers requests to `path` with `bytes` exactly as given, then closes the connection
+    /// cleanly: no status line or header fields of the server's own. For responses no real
+    /// route produces: a status line alone, a head that never ends (`"HTTP/1.1 200 OK\r\n"`),
+    /// a malformed status line, or nothing at all (empty `bytes`). nil restores the content.
+    public func respondRaw(path: String, bytes: Data?) {
+        core.updateRoute(path) { $0.rawResponse = bytes }
     }
 
     /// Sends the full `Content-Length` for `path` but only the first `bytes` of the body, then
@@ -332,6 +340,8 @@ extension LoopbackServer {
         var chunkSize = 16 * 1024
         var latency: Duration = .zero
         var bodyPauseAfter: Int?
+        /// Sent instead of a response, then the connection closes (see `respondRaw(path:bytes:)`).
+        var rawResponse: Data?
 
         init(
             data: Data? = nil, contentType: String = "application/octet-stream",

@@ -1,0 +1,325 @@
+#if canImport(CCurl) && canImport(CLumenCurl)
+import CCurl
+import CLumenCurl
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// One transfer: an easy handle set up from a `URLRequest`, its callbacks, and how its end
+/// becomes an error.
+extension CurlDataLoader {
+    /// The limits a transfer gets from its loader.
+    struct Limits {
+        var requestTimeout: TimeInterval
+        var resourceTimeout: TimeInterval
+        var maximumRedirects: Int
+    }
+
+    /// An easy handle and what its callbacks collect. Created on the caller's thread, then
+    /// used only on the loop thread (its callbacks run inside `curl_multi_perform`).
+    final class Transfer: @unchecked Sendable {
+        // @unchecked: the mutable state is touched only on the loop thread once the transfer
+        // has been posted; before that, only by the thread that creates it.
+        let identifier: Int
+        let request: URLRequest
+        let easy: UnsafeMutableRawPointer
+        let continuation: AsyncThrowingStream<Event, any Error>.Continuation
+        let completion = Completion()
+        /// The request timeout: the longest wait for the next byte (from the start, then from
+        /// the last byte of a header or the body).
+        let idleLimit: TimeInterval
+        let idleLimitNanoseconds: UInt64?
+        private let validator: DataLoader.Validator
+        private let errorBuffer: UnsafeMutablePointer<CChar>
+        private var headerList: UnsafeMutablePointer<curl_slist>?
+
+        /// When the last byte arrived (`DispatchTime` nanoseconds).
+        var lastActivity: UInt64 = 0
+        private var head = HeaderBlock()
+        /// A redirect's head (a 3xx with `Location`), final only if libcurl does not follow
+        /// it: the body or the end of the transfer comes next instead of another head.
+        private var pendingRedirect: HeaderBlock.Head?
+        /// The final response, once validated.
+        private(set) var response: HTTPURLResponse?
+        private var received: Int64 = 0
+        /// What ended the transfer from a callback (the validator's error); the callback then
+        /// returns an error to libcurl, which stops the transfer.
+        private var failure: (any Error)?
+
+        /// Sets up an easy handle for `request` (an `http` or `https` URL).
+        /// - Throws: `URLError(.unsupportedURL)` for a method other than GET or HEAD,
+        ///   `URLError(.badURL)` for a header field with a line break.
+        init(
+            identifier: Int, request: URLRequest, limits: Limits, validator: @escaping DataLoader.Validator,
+            continuation: AsyncThrowingStream<Event, any Error>.Continuation
+        ) throws {
+            let method = request.httpMethod?.uppercased() ?? "GET"
+            guard method == "GET" || method == "HEAD" else {
+                throw URLError(.unsupportedURL, userInfo: [NSLocalizedDescriptionKey: "CurlDataLoader sends only GET and HEAD, not \(method)"])
+            }
+            var lines: [String] = []
+            for (name, value) in (request.allHTTPHeaderFields ?? [:]).sorted(by: { $0.key < $1.key }) {
+                guard !(name + value).contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
+                    throw URLError(.badURL, userInfo: [NSLocalizedDescriptionKey: "the header field \(name) contains a line break"])
+                }
+                // "Name;" sends an empty value ("Name:" would remove the header).
+                lines.append(value.isEmpty ? "\(name);" : "\(name): \(value)")
+            }
+            guard let easy = curl_easy_init() else { throw URLError(.unknown, userInfo: [NSLocalizedDescriptionKey: "curl_easy_init failed"]) }
+            self.identifier = identifier
+            self.request = request
+            self.easy = easy
+            self.continuation = continuation
+            self.validator = validator
+            let wait = request.timeoutInterval != 60 ? request.timeoutInterval : limits.requestTimeout
+            idleLimit = wait
+            idleLimitNanoseconds = wait > 0 && wait.isFinite ? UInt64((wait * 1e9).rounded(.up)) : nil
+            errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
+            errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
+            for line in lines { headerList = curl_slist_append(headerList, line) }
+
+            let user = Unmanaged.passUnretained(self).toOpaque()
+            _ = lumen_curl_easy_setopt_string(easy, CURLOPT_URL, request.url?.absoluteString ?? "")
+            if method == "HEAD" { _ = lumen_curl_easy_setopt_long(easy, CURLOPT_NOBODY, 1) }
+            if let headerList { _ = lumen_curl_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, headerList) }
+            _ = lumen_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
+            _ = lumen_curl_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
+            _ = lumen_curl_easy_setopt_long(easy, CURLOPT_MAXREDIRS, limits.maximumRedirects)
+            _ = lumen_curl_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
+            _ = lumen_curl_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+            // "": every encoding this libcurl can undo (gzip, deflate, br), decoded for us.
+            _ = lumen_curl_easy_setopt_string(easy, CURLOPT_ACCEPT_ENCODING, "")
+            // A proxy tunnel's `CONNECT` answer is not the response.
+            _ = lumen_curl_easy_setopt_long(easy, CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
+            if let milliseconds = Self.milliseconds(wait) {
+                _ = lumen_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, milliseconds)
+            }
+            if let milliseconds = Self.milliseconds(limits.resourceTimeout) {
+                _ = lumen_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, milliseconds)
+            }
+            _ = lumen_curl_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer)
+            _ = lumen_curl_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, user)
+            _ = lumen_curl_easy_setopt_write_callback(easy, CURLOPT_HEADERFUNCTION) { bytes, size, count, user in
+                let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+                let length = size * count
+                return transfer.receiveHeader(UnsafeRawBufferPointer(start: bytes, count: length)) ? length : 0
+            }
+            _ = lumen_curl_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, user)
+            _ = lumen_curl_easy_setopt_write_callback(easy, CURLOPT_WRITEFUNCTION) { bytes, size, count, user in
+                let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+                let length = size * count
+                return transfer.receiveBody(UnsafeRawBufferPointer(start: bytes, count: length)) ? length : 0
+            }
+        }
+
+        deinit {
+            // The loop has removed the handle from the multi handle (or never added it).
+            curl_easy_cleanup(easy)
+            curl_slist_free_all(headerList)
+            errorBuffer.deallocate()
+        }
+
+        /// Whole milliseconds for libcurl, at least 1; nil for no limit.
+        private static func milliseconds(_ seconds: TimeInterval) -> Int? {
+            guard seconds > 0, seconds.isFinite else { return nil }
+            return max(1, Int((seconds * 1000).rounded(.up)))
+        }
+
+        // MARK: Callbacks (loop thread)
+
+        /// One header line (libcurl passes them one at a time, with their line end).
+        private func receiveHeader(_ bytes: UnsafeRawBufferPointer) -> Bool {
+            lastActivity = DispatchTime.now().uptimeNanoseconds
+            guard response == nil else { return true }  // trailers after a chunked body
+            let line = String(decoding: bytes, as: UTF8.self)
+            // A new head: libcurl followed the redirect, which is not the response any more.
+            if line.hasPrefix("HTTP/") { pendingRedirect = nil }
+            guard let ended = head.feed(line) else { return true }
+            if (100..<200).contains(ended.status), ended.status != 101 {
+                return true  // interim (`100 Continue`, `103 Early Hints`): the real head follows
+            }
+            if (300..<400).contains(ended.status), ended.field("Location") != nil {
+                pendingRedirect = ended  // libcurl follows it, unless it cannot
+                return true
+            }
+            return accept(ended)
+        }
+
+        /// A piece of the body, decoded (libcurl undoes the content encoding).
+        private func receiveBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
+            lastActivity = DispatchTime.now().uptimeNanoseconds
+            if response == nil {
+                guard let redirect = pendingRedirect, accept(redirect) else {
+                    if failure == nil { failure = URLError(.badServerResponse) }
+                    return false
+                }
+            }
+            guard !bytes.isEmpty else { return true }
+            received += Int64(bytes.count)
+            continuation.yield(.data(Data(bytes)))
+            return true
+        }
+
+        /// Builds the final response from `head`, validates it and passes it on; false when the
+        /// validator rejected it (the transfer then stops before its body).
+        private func accept(_ head: HeaderBlock.Head) -> Bool {
+            pendingRedirect = nil
+            var effective: UnsafePointer<CChar>?
+            _ = lumen_curl_easy_getinfo_string(easy, CURLINFO_EFFECTIVE_URL, &effective)
+            let url = effective.flatMap { URL(string: String(cString: $0)) } ?? request.url!
+            let response = HTTPURLResponse(
+                url: url, statusCode: head.status, httpVersion: head.version, headerFields: head.joinedFields
+            ) ?? HTTPURLResponse(url: url, statusCode: head.status, httpVersion: nil, headerFields: [:])!
+            do {
+                try validator(response, request)
+            } catch {
+                failure = error
+                return false
+            }
+            self.response = response
+            continuation.yield(.response(response))
+            return true
+        }
+
+        // MARK: The end (loop thread)
+
+        /// The error that ends the load when libcurl reports `code`, or nil for success.
+        func outcome(_ code: CURLcode) -> (any Error)? {
+            if let failure { return failure }
+            if code == CURLE_OK {
+                if response == nil, let redirect = pendingRedirect, !accept(redirect) { return failure }
+                guard let response else {
+                    // The connection closed cleanly inside the head (a status line, maybe some
+                    // fields, no blank line): FoundationNetworking traps here.
+                    return urlError(.badServerResponse, "the connection closed before the response's header ended")
+                }
+                if let shortfall = Self.shortfall(of: response, received: received, request: request) {
+                    return DataLoader.Error.incompleteBody(expected: shortfall, received: received)
+                }
+                return nil
+            }
+            return error(for: code)
+        }
+
+        /// The announced length when the body is shorter than it (and comparable: not HEAD,
+        /// not 204/304, not content-encoded); nil when the body is whole.
+        static func shortfall(of response: HTTPURLResponse, received: Int64, request: URLRequest) -> Int64? {
+            let expected = response.expectedContentLength
+            guard expected > 0, received < expected, request.httpMethod?.uppercased() != "HEAD",
+                  response.statusCode != 204, response.statusCode != 304, !isContentEncoded(response) else { return nil }
+            return expected
+        }
+
+        private static func isContentEncoded(_ response: HTTPURLResponse) -> Bool {
+            guard let encoding = response.value(forHTTPHeaderField: "Content-Encoding") else { return false }
+            return encoding.lowercased() != "identity"
+        }
+
+        /// libcurl's error `code` as the error `DataLoader` throws for the same failure.
+        private func error(for code: CURLcode) -> any Error {
+            switch code {
+            case CURLE_COULDNT_CONNECT: return urlError(.cannotConnectToHost, code: code)
+            case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY: return urlError(.cannotFindHost, code: code)
+            case CURLE_OPERATION_TIMEDOUT: return urlError(.timedOut, code: code)
+            case CURLE_TOO_MANY_REDIRECTS: return urlError(.httpTooManyRedirects, code: code)
+            case CURLE_UNSUPPORTED_PROTOCOL: return urlError(.unsupportedURL, code: code)
+            case CURLE_URL_MALFORMAT: return urlError(.badURL, code: code)
+            // The server closed the connection without a byte: FoundationNetworking's name.
+            case CURLE_GOT_NOTHING: return urlError(.badServerResponse, code: code)
+            case CURLE_PARTIAL_FILE:
+                if let response, let expected = Self.shortfall(of: response, received: received, request: request) {
+                    return DataLoader.Error.incompleteBody(expected: expected, received: received)
+                }
+                return urlError(.networkConnectionLost, code: code)
+            case CURLE_RECV_ERROR, CURLE_SEND_ERROR: return urlError(.networkConnectionLost, code: code)
+            case CURLE_BAD_CONTENT_ENCODING: return urlError(.cannotDecodeContentData, code: code)
+            case CURLE_PEER_FAILED_VERIFICATION: return urlError(.serverCertificateUntrusted, code: code)
+            case CURLE_SSL_CONNECT_ERROR, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_SSL_CACERT_BADFILE,
+                 CURLE_SSL_SHUTDOWN_FAILED, CURLE_SSL_CRL_BADFILE, CURLE_SSL_ISSUER_ERROR,
+                 CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS, CURLE_SSL_ENGINE_NOTFOUND,
+                 CURLE_SSL_ENGINE_SETFAILED, CURLE_SSL_ENGINE_INITFAILED, CURLE_USE_SSL_FAILED:
+                return urlError(.secureConnectionFailed, code: code)
+            default: return urlError(.unknown, code: code)
+            }
+        }
+
+        /// A `URLError` whose description is libcurl's message for `code` (the error
+        /// buffer's, which names the detail, else the generic one).
+        private func urlError(_ urlCode: URLError.Code, code: CURLcode) -> URLError {
+            let detail = String(cString: errorBuffer)
+            return urlError(urlCode, detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail)
+        }
+
+        private func urlError(_ code: URLError.Code, _ description: String) -> URLError {
+            var info: [String: Any] = [NSLocalizedDescriptionKey: description]
+            if let url = request.url { info[NSURLErrorFailingURLErrorKey] = url }
+            return URLError(code, userInfo: info)
+        }
+    }
+
+    /// Collects the header lines of one response head at a time, starting afresh at each
+    /// status line (an interim `1xx` response or a redirect is a head of its own).
+    struct HeaderBlock {
+        /// A complete head: the status line's parts and the fields in order.
+        struct Head: Equatable {
+            var status: Int
+            var version: String
+            var fields: [(name: String, value: String)]
+
+            /// The first value of the field `name` (any case).
+            func field(_ name: String) -> String? {
+                fields.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
+            }
+
+            /// The fields by name, repeated ones joined with ", " (as `HTTPURLResponse` keeps them).
+            var joinedFields: [String: String] {
+                var joined: [String: String] = [:]
+                var names: [String: String] = [:]  // lowercased → first spelling
+                for (name, value) in fields {
+                    let key = names[name.lowercased(), default: name]
+                    names[name.lowercased()] = key
+                    joined[key] = joined[key].map { $0 + ", " + value } ?? value
+                }
+                return joined
+            }
+
+            static func == (a: Head, b: Head) -> Bool {
+                a.status == b.status && a.version == b.version
+                    && a.fields.map(\.name) == b.fields.map(\.name) && a.fields.map(\.value) == b.fields.map(\.value)
+            }
+        }
+
+        private var current: Head?
+
+        /// Takes one header line (with or without its line end); returns the head when `line`
+        /// is the blank line that ends it. Lines before any status line are ignored.
+        mutating func feed(_ line: String) -> Head? {
+            var text = Substring(line)
+            // (`"\r\n"` is one `Character`: `isNewline` catches it, and a lone `"\n"` or `"\r"`.)
+            while let last = text.last, last.isNewline { text = text.dropLast() }
+            if text.hasPrefix("HTTP/") {
+                let parts = text.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true)
+                let status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
+                current = Head(status: status, version: String(parts.first ?? "HTTP/1.1"), fields: [])
+                return nil
+            }
+            guard current != nil else { return nil }
+            if text.isEmpty {
+                defer { current = nil }
+                return current
+            }
+            if let first = text.first, first == " " || first == "\t", !current!.fields.isEmpty {
+                // An obsolete folded line continues the previous field's value.
+                current!.fields[current!.fields.count - 1].value += " " + text.trimmingCharacters(in: .whitespaces)
+                return nil
+            }
+            guard let colon = text.firstIndex(of: ":") else { return nil }
+            let name = String(text[..<colon]).trimmingCharacters(in: .whitespaces)
+            let value = String(text[text.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
+            if !name.isEmpty { current!.fields.append((name, value)) }
+            return nil
+        }
+    }
+}
+#endif

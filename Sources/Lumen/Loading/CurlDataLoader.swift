@@ -1,0 +1,181 @@
+#if canImport(CCurl) && canImport(CLumenCurl)
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// A `DataLoading` for Linux that drives libcurl's multi interface itself instead of going
+/// through `URLSession`: for servers that load URLs they do not control.
+///
+/// `DataLoader`'s `URLSession` is, on Linux, FoundationNetworking over libcurl, and it has
+/// faults Lumen cannot work around from outside. The worst: a server that sends a status line
+/// (or a few header fields) and then closes the connection makes FoundationNetworking trap
+/// ("Transfer completed, but there's no response"), so anyone who can make the process load a
+/// URL can kill it. It also busy-polls a core while a transfer waits on a slow server. This
+/// loader fails such a load with `URLError(.badServerResponse)` and sleeps in
+/// `curl_multi_poll` while it waits.
+///
+/// ```swift
+/// let pipeline = ImagePipeline(configuration: .init(dataLoader: CurlDataLoader()))
+/// ```
+///
+/// - Threads: one thread per loader runs every transfer (libcurl's multi handle, at most 6
+///   connections per host, kept alive between loads); it ends when the loader is
+///   deinitialised. Chunks are handed to `didReceive` on the calling task, in order. (No
+///   back-pressure: chunks wait in memory until `didReceive` takes them.)
+/// - Cancellation: cancelling the Swift task that awaits `loadData(for:didReceive:)` stops
+///   the transfer at once and the call throws `CancellationError`. If `didReceive` throws,
+///   the transfer is stopped and that error is rethrown. Either way the call returns only
+///   after the transfer's handle was removed: no transfer outlives the call.
+/// - Validation: as ``DataLoader``'s: by default ``DataLoader/validate(_:_:)``, run once per
+///   load on the loader's thread as soon as the final response head has arrived, before the
+///   body. Interim `1xx` heads and followed redirects are not validated.
+/// - Errors: those ``DataLoader`` throws for the same failures, so that
+///   ``ImagePipeline/RetryPolicy`` treats both alike: `URLError` for transport failures
+///   (`.cannotConnectToHost`, `.cannotFindHost`, `.timedOut`, `.networkConnectionLost`,
+///   `.badServerResponse` for a server that closed without a byte or inside the response
+///   head, `.secureConnectionFailed`, `.serverCertificateUntrusted`,
+///   `.cannotDecodeContentData`, `.httpTooManyRedirects`; anything else `.unknown` with
+///   libcurl's message as its description), ``DataLoader/Error/incompleteBody(expected:received:)``
+///   for a body cut short of its `Content-Length`, ``DataLoader/Error/statusCode(_:_:)`` from
+///   the default validator.
+/// - Timeouts: `requestTimeout` (or a request's own `timeoutInterval`, when it is not the
+///   default 60 s) bounds each wait for bytes, fractions of a second included (the loader
+///   keeps it itself, from the last byte received); `resourceTimeout` bounds the whole load,
+///   redirects included. Both throw `URLError(.timedOut)`. Both count from the moment the
+///   loader's thread takes the load, so a wait for a free connection (past the 6 per host)
+///   counts too.
+/// - Redirects: followed, at most 20, within `http` and `https` only: a `Location` naming
+///   `file:`, `data:`, `ftp:` or any other scheme fails with `URLError(.unsupportedURL)`
+///   without a second request. libcurl resolves a relative `Location` as RFC 3986 says and
+///   drops `Authorization` and `Cookie` on a redirect to another host.
+/// - Content encoding: gzip, deflate and br are asked for and decoded; `didReceive` gets the
+///   decoded bytes.
+/// - Local URLs: `file:` (when `allowsLocalFiles`) and `data:` are read as ``DataLoader``
+///   reads them, without the network. Other schemes fail with `URLError(.unsupportedURL)`.
+///
+/// What it does not do: no `URLCache` (Lumen's `DataCache` caches original bytes and
+/// revalidates them), no cookie storage and no credential store (a request carries its own
+/// `Cookie` or `Authorization` header, sent as given), only `GET` and `HEAD` (another method
+/// fails with `URLError(.unsupportedURL)`), no request body, and no proxy or TLS settings of
+/// its own: libcurl's defaults apply (the `http_proxy`/`https_proxy` environment variables,
+/// the system's CA store).
+public final class CurlDataLoader: DataLoading, Sendable {
+    private let engine: Engine
+    private let validator: DataLoader.Validator
+    private let limits: Limits
+
+    /// Whether `file:` URLs are read. A server that loads URLs its clients supply should turn
+    /// this off, so that a request can never read the server's own files.
+    public let allowsLocalFiles: Bool
+
+    /// The longest wait for the next byte of a load, in seconds (a request's own
+    /// `timeoutInterval` wins when it is not the default 60 s).
+    public var requestTimeout: TimeInterval { limits.requestTimeout }
+
+    /// The longest a whole load may take, redirects included, in seconds.
+    public var resourceTimeout: TimeInterval { limits.resourceTimeout }
+
+    /// The most connections open to one host at a time; further loads wait for one.
+    public static let maximumConnectionsPerHost = 6
+
+    /// The most redirects one load follows.
+    public static let maximumRedirects = 20
+
+    /// Creates a loader and starts its thread.
+    /// - Parameters:
+    ///   - requestTimeout: the longest wait for the next byte, in seconds (fractions are
+    ///     kept); 0 or infinity for none. Default 60.
+    ///   - resourceTimeout: the longest a whole load may take, in seconds; 0 or infinity for
+    ///     none. Default 600 (10 minutes).
+    ///   - allowsLocalFiles: whether `file:` URLs are read (default `true`); with `false` they
+    ///     fail with ``DataLoader/Error/localFileAccessDenied(_:)``.
+    ///   - validate: called with each final HTTP response head; the default is
+    ///     ``DataLoader/validate(_:_:)``.
+    public init(
+        requestTimeout: TimeInterval = 60,
+        resourceTimeout: TimeInterval = 600,
+        allowsLocalFiles: Bool = true,
+        validate: @escaping DataLoader.Validator = DataLoader.validate
+    ) {
+        self.limits = Limits(
+            requestTimeout: requestTimeout, resourceTimeout: resourceTimeout, maximumRedirects: Self.maximumRedirects
+        )
+        self.allowsLocalFiles = allowsLocalFiles
+        self.validator = validate
+        self.engine = Engine(maximumConnectionsPerHost: Self.maximumConnectionsPerHost)
+    }
+
+    deinit {
+        // Loads keep `self` alive, so none is running: the thread just ends.
+        engine.shutDown()
+    }
+
+    /// Loads `request`: `http` and `https` through libcurl, `file:` and `data:` locally.
+    /// See the type's documentation for cancellation, validation and errors.
+    public func loadData(
+        for request: URLRequest,
+        didReceive: @Sendable (Data, URLResponse) throws -> Void
+    ) async throws -> URLResponse {
+        guard let url = request.url else { throw URLError(.badURL) }
+        switch url.scheme?.lowercased() {
+        case "http", "https":
+            return try await loadOverHTTP(request, didReceive: didReceive)
+        case "file":
+            guard allowsLocalFiles else { throw DataLoader.Error.localFileAccessDenied(url) }
+            return try await DataLoader.loadFile(url, didReceive: didReceive)
+        case "data":
+            return try DataLoader.loadDataURL(url, didReceive: didReceive)
+        default:
+            throw URLError(.unsupportedURL, userInfo: [
+                NSLocalizedDescriptionKey: "CurlDataLoader loads http, https, file and data URLs, not \(url.scheme ?? "scheme-less") ones",
+                NSURLErrorFailingURLErrorKey: url,
+            ])
+        }
+    }
+
+    private func loadOverHTTP(
+        _ request: URLRequest,
+        didReceive: @Sendable (Data, URLResponse) throws -> Void
+    ) async throws -> URLResponse {
+        try Task.checkCancellation()
+        let (events, continuation) = AsyncThrowingStream.makeStream(of: Event.self)
+        let identifier = engine.makeIdentifier()
+        let transfer = try Transfer(
+            identifier: identifier, request: request, limits: limits, validator: validator, continuation: continuation
+        )
+        engine.add(transfer)
+        // Runs when this task is cancelled while waiting for an event, when `didReceive`
+        // threw (the explicit finish below), and when the loop ends the stream (then the
+        // cancel finds no transfer). Set after `add`, so that the cancel never comes first.
+        continuation.onTermination = { [engine] _ in engine.cancel(identifier) }
+        let outcome: Result<URLResponse, any Error>
+        do { outcome = .success(try await receive(events, didReceive: didReceive)) } catch { outcome = .failure(error) }
+        continuation.finish()
+        await transfer.completion.wait()
+        return try outcome.get()
+    }
+
+    /// The events of one transfer, up to its response (or the error that ends it).
+    private func receive(
+        _ events: AsyncThrowingStream<Event, any Error>,
+        didReceive: @Sendable (Data, URLResponse) throws -> Void
+    ) async throws -> URLResponse {
+        var response: URLResponse?
+        for try await event in events {
+            switch event {
+            case .response(let head):
+                response = head
+            case .data(let chunk):
+                guard let response else { throw URLError(.badServerResponse) }
+                try didReceive(chunk, response)
+            case .completed:
+                guard let response else { throw URLError(.badServerResponse) }
+                return response
+            }
+        }
+        // The stream ends without `.completed` or an error only when this task is cancelled.
+        throw CancellationError()
+    }
+}
+#endif
