@@ -216,13 +216,21 @@ enum ThumbnailCommand {
         var configuration = ImagePipeline.Configuration()
         configuration.decodingQueue = WorkQueue(name: "lumen.decode", maxConcurrentCount: options.concurrency, execution: .threads)
         // --concurrency bounds downloads too: neither the pipeline's network queue nor the
-        // session's per-host connection limit (6 by default) may hold it lower.
+        // loader's per-host connection limit (6 by default) may hold it lower.
         if options.concurrency > 6 {
             configuration.dataLoadingQueue = WorkQueue(name: "lumen.data", maxConcurrentCount: options.concurrency, execution: .tasks)
+        }
+        #if os(Linux)
+        // The URLs are anyone's: on Linux they load through libcurl directly, since a server
+        // can make FoundationNetworking's URLSession trap (see `CurlDataLoader`).
+        configuration.dataLoader = CurlDataLoader(maximumConnectionsPerHost: max(6, options.concurrency))
+        #else
+        if options.concurrency > 6 {
             let session = DataLoader.defaultConfiguration
             session.httpMaximumConnectionsPerHost = options.concurrency
             configuration.dataLoader = DataLoader(configuration: session)
         }
+        #endif
         if options.usesCache {
             // Downloaded bytes are kept on disk (default `$XDG_CACHE_HOME/lumen/thumbnail`, else
             // `~/.cache/lumen/thumbnail`), so a second run over the same URLs needs no network.

@@ -180,7 +180,9 @@ extension CLIContractTests {
         }
 
         /// An IPv6 literal is a URL like any other: with nothing listening, its failure is a
-        /// failed connection (or an unreachable network), not a malformed URL.
+        /// failed connection (or an unreachable network), not a malformed URL. (Through
+        /// FoundationNetworking's `URLSession` it failed as `bad URL` before any connection was
+        /// tried; on Linux the tool loads through `CurlDataLoader`.)
         @Test func anIPv6LiteralURLIsTriedNotRefused() async throws {
             let output = try CLIContractTests.temporaryDirectory()
             defer { try? FileManager.default.removeItem(at: output) }
@@ -189,9 +191,27 @@ extension CLIContractTests {
             #expect(outcome.status == 1)
             let lines = CLIContractTests.failureLines(for: url, in: outcome.standardError)
             #expect(lines.count == 1, "\(outcome.standardError)")
-            withKnownIssue("`http://[::1]:PORT/…` fails as `bad URL` (NSURLErrorDomain error -1000) before any connection is tried") {
-                #expect(!outcome.standardError.contains("bad URL") && !outcome.standardError.contains("ErrorDomain"), "\(outcome.standardError)")
-            }
+            #expect(!outcome.standardError.contains("bad URL") && !outcome.standardError.contains("ErrorDomain"), "\(outcome.standardError)")
+        }
+
+        /// A server that sends a status line and a header field, then closes cleanly (the
+        /// head never ends): FoundationNetworking's `URLSession` trapped on it and killed the
+        /// process. The tool fails that input with a typed error and finishes the others.
+        @Test func aResponseHeadCutShortFailsThatInputAndNothingElse() async throws {
+            let server = try LoopbackServer()
+            defer { server.stop() }
+            server.respondRaw(path: "/cut.jpg", bytes: Data("HTTP/1.1 200 OK\r\nX-A: 1\r\n".utf8))
+            server.serve(path: "/good.jpg", data: try CLIContractTests.corpusData("hopper.jpg"), contentType: "image/jpeg")
+            let output = try CLIContractTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: output) }
+            let cut = server.url(for: "/cut.jpg").absoluteString
+            let outcome = try await CLIContractTests.run(
+                ["thumbnail", cut, server.url(for: "/good.jpg").absoluteString, "--size", "32", "--output", output.path, "--no-cache"])
+            #expect(outcome.status == 1)
+            #expect(try CLIContractTests.summary(outcome.standardOutput).done == 1)
+            let lines = CLIContractTests.failureLines(for: cut, in: outcome.standardError)
+            #expect(lines.count == 1 && lines.first?.contains("URL error") == true, "\(outcome.standardError)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: output.path) == ["good.jpeg"])
         }
 
         /// A server error: one line naming the status, exit 1 (however often it was retried).

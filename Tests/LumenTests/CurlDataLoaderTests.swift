@@ -471,7 +471,7 @@ struct CurlDataLoaderTests {
             server.serve(path: path, data: body, contentType: "image/jpeg")
             server.hold(path)
         }
-        let limit = CurlDataLoader.maximumConnectionsPerHost
+        let limit = CurlDataLoader.defaultMaximumConnectionsPerHost
         try await withThrowingTaskGroup(of: (String, Data).self) { group in
             for _ in 0..<3 {
                 for path in paths {

@@ -77,7 +77,10 @@ public final class CurlDataLoader: DataLoading, Sendable {
     public var resourceTimeout: TimeInterval { limits.resourceTimeout }
 
     /// The most connections open to one host at a time; further loads wait for one.
-    public static let maximumConnectionsPerHost = 6
+    public let maximumConnectionsPerHost: Int
+
+    /// The default of ``maximumConnectionsPerHost``: 6, as `URLSession`'s.
+    public static let defaultMaximumConnectionsPerHost = 6
 
     /// The most redirects one load follows.
     public static let maximumRedirects = 20
@@ -88,6 +91,8 @@ public final class CurlDataLoader: DataLoading, Sendable {
     ///     kept); 0 or infinity for none. Default 60.
     ///   - resourceTimeout: the longest a whole load may take, in seconds; 0 or infinity for
     ///     none. Default 600 (10 minutes).
+    ///   - maximumConnectionsPerHost: the most connections open to one host at a time
+    ///     (default 6); loads beyond it wait for a connection.
     ///   - allowsLocalFiles: whether `file:` URLs are read (default `true`); with `false` they
     ///     fail with ``DataLoader/Error/localFileAccessDenied(_:)``.
     ///   - validate: called with each final HTTP response head; the default is
@@ -95,6 +100,7 @@ public final class CurlDataLoader: DataLoading, Sendable {
     public init(
         requestTimeout: TimeInterval = 60,
         resourceTimeout: TimeInterval = 600,
+        maximumConnectionsPerHost: Int = CurlDataLoader.defaultMaximumConnectionsPerHost,
         allowsLocalFiles: Bool = true,
         validate: @escaping DataLoader.Validator = DataLoader.validate
     ) {
@@ -103,7 +109,9 @@ public final class CurlDataLoader: DataLoading, Sendable {
         )
         self.allowsLocalFiles = allowsLocalFiles
         self.validator = validate
-        self.engine = Engine(maximumConnectionsPerHost: Self.maximumConnectionsPerHost)
+        precondition(maximumConnectionsPerHost > 0, "CurlDataLoader: maximumConnectionsPerHost must be positive")
+        self.maximumConnectionsPerHost = maximumConnectionsPerHost
+        self.engine = Engine(maximumConnectionsPerHost: maximumConnectionsPerHost)
     }
 
     deinit {

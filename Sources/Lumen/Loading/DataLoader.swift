@@ -39,10 +39,12 @@ import FoundationNetworking
 ///   (`file:`, `data:`, `ftp:`) is refused with `URLError(.unsupportedURL)`, and a relative
 ///   one is resolved against the URL that answered, in its directory (FoundationNetworking
 ///   resolves it against the server's root).
-/// - Linux: FoundationNetworking keeps a socket's write-readiness source after libcurl asks
-///   only to read, so a transfer waiting on a slow server busy-polls a core while it waits
-///   (any `URLSession` task does). Plug another client in through ``DataLoading`` if that
-///   matters for your servers.
+/// - Linux: FoundationNetworking has faults no caller can work around. A server that sends a
+///   status line and a header field, then closes the connection, makes it trap ("Transfer
+///   completed, but there's no response"), killing the process; it busy-polls a core while a
+///   transfer waits on a slow server; it refuses IPv6 literal hosts as bad URLs. A pipeline
+///   that loads URLs it does not control should use ``CurlDataLoader``, which drives libcurl
+///   directly.
 /// - Caching: `defaultConfiguration` has no `URLCache`: Lumen caches original bytes in its
 ///   own `DataCache` (with HTTP revalidation), so bytes are never cached twice and 304s
 ///   reach the cache layer. Set `urlCache` on your configuration to use URLSession's cache
