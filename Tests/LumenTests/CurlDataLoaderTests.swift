@@ -75,6 +75,21 @@ struct CurlDataLoaderTests {
     }
 
     /// libcurl asks for gzip (and deflate, br) and hands over the decoded bytes.
+    /// A chunked body's `Content-Length` is ignored (RFC 9112, 6.3), as libcurl ignores it: a
+    /// larger one does not make a complete body "incomplete".
+    @Test(arguments: [2, 1])
+    func aChunkedBodyIgnoresAContentLength(factor: Int) async throws {
+        let body = LoaderTests.bytes(count: 50_000, seed: 3)
+        server.serve(path: "/c", data: body, headers: ["Content-Length": String(body.count * factor)])
+        server.setChunked(for: "/c", chunkSize: 7_000)
+        let sink = ChunkSink()
+
+        let response = try await loader.loadData(for: URLRequest(url: server.url(for: "/c")), didReceive: sink.append)
+
+        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        #expect(sink.data == body)
+    }
+
     @Test func aGzippedBodyIsDecoded() async throws {
         // `printf 'hello, gzip! hello, gzip! hello, gzip!' | gzip -n -9`
         let gzipped = Data([

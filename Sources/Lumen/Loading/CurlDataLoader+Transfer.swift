@@ -203,9 +203,10 @@ extension CurlDataLoader {
         }
 
         /// The announced length when the body is shorter than it (and comparable: not HEAD,
-        /// not 204/304, not content-encoded); nil when the body is whole.
+        /// not 204/304, not content-encoded, not framed by a `Transfer-Encoding`, which
+        /// overrides `Content-Length`); nil when the body is whole.
         static func shortfall(of response: HTTPURLResponse, received: Int64, request: URLRequest) -> Int64? {
-            let expected = response.expectedContentLength
+            let expected = DataLoader.declaredLength(response)
             guard expected > 0, received < expected, request.httpMethod?.uppercased() != "HEAD",
                   response.statusCode != 204, response.statusCode != 304, !isContentEncoded(response) else { return nil }
             return expected
