@@ -300,6 +300,17 @@ struct CurlDataLoaderTests {
     /// ("Transfer completed, but there's no response"), killing the process; here they are a
     /// transient error. Nothing at all is libcurl's "empty reply", named as
     /// FoundationNetworking names it.
+    /// A head libcurl cannot make sense of (a `Content-Length` that is not a number) is a bad
+    /// server response, not an unknown error.
+    @Test(arguments: ["abc", "-5"])
+    func anUnreadableContentLengthIsABadServerResponse(length: String) async throws {
+        server.respondRaw(path: "/weird", bytes: Data("HTTP/1.1 200 OK\r\nContent-Length: \(length)\r\n\r\nabcdef".utf8))
+        let error = await #expect(throws: URLError.self) {
+            try await loader.loadData(for: URLRequest(url: server.url(for: "/weird"))) { _, _ in }
+        }
+        #expect(error?.code == .badServerResponse, "\(String(describing: error))")
+    }
+
     @Test(arguments: [
         "HTTP/1.1 200 OK\r\n", "HTTP/1.1 200 OK\r\nContent-Type: image/jpeg\r\n",
         "HTTP/1.1 200 OK\r\nContent-Type: image/jpeg\r\nContent-Length: 10", "",

@@ -345,6 +345,17 @@ struct LoaderTests {
         return out
     }
 
+    /// Each transport error is named in the pipeline's description, the TLS ones included: on
+    /// Linux `NSURLErrorSecureConnectionFailed` (-1201) is not `URLError(.secureConnectionFailed)`'s
+    /// code (-1200), and a lookup by the constants described a failed handshake as "failed".
+    @Test(arguments: [(URLError.Code.secureConnectionFailed, "secure connection failed"),
+                      (.serverCertificateUntrusted, "server certificate untrusted"),
+                      (.timedOut, "timed out"), (.badServerResponse, "bad server response")])
+    func aTransportErrorIsNamed(code: URLError.Code, name: String) {
+        let description = ImagePipeline.Error.dataLoadingFailed(URLError(code)).description
+        #expect(description.contains("URL error \(code.rawValue), \(name)"), "\(description)")
+    }
+
     /// A body declared gzip that is not: libcurl cannot undo the encoding, and that is what
     /// the error says — not "incomplete body" (the wire length is not the decoded length).
     @Test func undecodableContentEncodingIsNotCalledAnIncompleteBody() async throws {

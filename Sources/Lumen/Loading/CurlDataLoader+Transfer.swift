@@ -228,6 +228,8 @@ extension CurlDataLoader {
             case CURLE_URL_MALFORMAT: return urlError(.badURL, code: code)
             // The server closed the connection without a byte: FoundationNetworking's name.
             case CURLE_GOT_NOTHING: return urlError(.badServerResponse, code: code)
+            // A head libcurl cannot read ("Invalid Content-Length", a malformed status line).
+            case CURLE_WEIRD_SERVER_REPLY: return urlError(.badServerResponse, code: code)
             case CURLE_PARTIAL_FILE:
                 if let response, let expected = Self.shortfall(of: response, received: received, request: request) {
                     return DataLoader.Error.incompleteBody(expected: expected, received: received)

@@ -120,7 +120,7 @@ extension ImagePipeline {
         /// anything else as it describes itself.
         static func describe(_ error: any Swift.Error) -> String {
             guard let urlError = error as? URLError else { return "\(error)" }
-            let meaning = urlErrorMeanings[urlError.code.rawValue] ?? "failed"
+            let meaning = urlErrorMeanings[urlError.code] ?? "failed"
             var text = "URL error \(urlError.code.rawValue), \(meaning)"
             if let message = (urlError as NSError).userInfo[NSLocalizedDescriptionKey] as? String,
                !message.isEmpty, message != "(null)" {
@@ -129,18 +129,21 @@ extension ImagePipeline {
             return text
         }
 
-        private static let urlErrorMeanings: [Int: String] = [
-            NSURLErrorUnknown: "unknown error", NSURLErrorCancelled: "cancelled", NSURLErrorBadURL: "bad URL",
-            NSURLErrorTimedOut: "timed out", NSURLErrorUnsupportedURL: "unsupported URL",
-            NSURLErrorCannotFindHost: "cannot find host", NSURLErrorCannotConnectToHost: "cannot connect to host",
-            NSURLErrorNetworkConnectionLost: "network connection lost", NSURLErrorDNSLookupFailed: "DNS lookup failed",
-            NSURLErrorHTTPTooManyRedirects: "too many redirects", NSURLErrorResourceUnavailable: "resource unavailable",
-            NSURLErrorNotConnectedToInternet: "not connected to the internet", NSURLErrorBadServerResponse: "bad server response",
-            NSURLErrorZeroByteResource: "zero-byte resource", NSURLErrorCannotDecodeRawData: "cannot decode raw data",
-            NSURLErrorCannotDecodeContentData: "cannot decode content data (Content-Encoding)",
-            NSURLErrorCannotParseResponse: "cannot parse response", NSURLErrorSecureConnectionFailed: "secure connection failed",
-            NSURLErrorServerCertificateUntrusted: "server certificate untrusted",
-            NSURLErrorDataLengthExceedsMaximum: "data length exceeds maximum",
+        /// Keyed by `URLError.Code`, not by the `NSURLError…` constants: on Linux two of those
+        /// differ from the codes `URLError` uses (`NSURLErrorSecureConnectionFailed` is -1201,
+        /// `URLError.Code.secureConnectionFailed` -1200; likewise for an untrusted certificate).
+        private static let urlErrorMeanings: [URLError.Code: String] = [
+            .unknown: "unknown error", .cancelled: "cancelled", .badURL: "bad URL",
+            .timedOut: "timed out", .unsupportedURL: "unsupported URL",
+            .cannotFindHost: "cannot find host", .cannotConnectToHost: "cannot connect to host",
+            .networkConnectionLost: "network connection lost", .dnsLookupFailed: "DNS lookup failed",
+            .httpTooManyRedirects: "too many redirects", .resourceUnavailable: "resource unavailable",
+            .notConnectedToInternet: "not connected to the internet", .badServerResponse: "bad server response",
+            .zeroByteResource: "zero-byte resource", .cannotDecodeRawData: "cannot decode raw data",
+            .cannotDecodeContentData: "cannot decode content data (Content-Encoding)",
+            .cannotParseResponse: "cannot parse response", .secureConnectionFailed: "secure connection failed",
+            .serverCertificateUntrusted: "server certificate untrusted",
+            .dataLengthExceedsMaximum: "data length exceeds maximum",
         ]
 
         /// Matches an error by code, so that `case ImagePipeline.Error.cancelled` works in
