@@ -9,41 +9,6 @@ import Synchronization
 
 /// The thread that drives libcurl's multi handle, and the transfers it runs.
 extension CurlDataLoader {
-    /// What a transfer tells the load that waits for it, in order: the response (once), body
-    /// chunks, then `.completed` (or the stream ends with an error).
-    enum Event: Sendable {
-        case response(HTTPURLResponse)
-        case data(Data)
-        case completed
-    }
-
-    /// Resolved once the loop has removed a transfer's easy handle from the multi handle, so
-    /// that `loadData` can return only after its transfer is over.
-    final class Completion: Sendable {
-        private let state = Mutex<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
-
-        func resolve() {
-            let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-                state.done = true
-                defer { state.waiters = [] }
-                return state.waiters
-            }
-            for waiter in waiters { waiter.resume() }
-        }
-
-        /// Suspends until resolved. Not cancellable: the loop always resolves it.
-        func wait() async {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let done = state.withLock { state -> Bool in
-                    if state.done { return true }
-                    state.waiters.append(continuation)
-                    return false
-                }
-                if done { continuation.resume() }
-            }
-        }
-    }
-
     /// One libcurl multi handle and the thread that runs it.
     ///
     /// The loop takes commands (add a transfer, cancel one, shut down) from a mutex-guarded

@@ -24,8 +24,8 @@ extension CurlDataLoader {
         let identifier: Int
         let request: URLRequest
         let easy: UnsafeMutableRawPointer
-        let continuation: AsyncThrowingStream<Event, any Error>.Continuation
-        let completion = Completion()
+        let continuation: AsyncThrowingStream<TransferEvent, any Error>.Continuation
+        let completion = TransferCompletion()
         /// The request timeout: the longest wait for the next byte (from the start, then from
         /// the last byte of a header or the body).
         let idleLimit: TimeInterval
@@ -52,7 +52,7 @@ extension CurlDataLoader {
         ///   `URLError(.badURL)` for a header field with a line break.
         init(
             identifier: Int, request: URLRequest, limits: Limits, validator: @escaping DataLoader.Validator,
-            continuation: AsyncThrowingStream<Event, any Error>.Continuation
+            continuation: AsyncThrowingStream<TransferEvent, any Error>.Continuation
         ) throws {
             let method = request.httpMethod?.uppercased() ?? "GET"
             guard method == "GET" || method == "HEAD" else {

@@ -147,7 +147,7 @@ public final class CurlDataLoader: DataLoading, Sendable {
         didReceive: @Sendable (Data, URLResponse) throws -> Void
     ) async throws -> URLResponse {
         try Task.checkCancellation()
-        let (events, continuation) = AsyncThrowingStream.makeStream(of: Event.self)
+        let (events, continuation) = AsyncThrowingStream.makeStream(of: TransferEvent.self)
         let identifier = engine.makeIdentifier()
         let transfer = try Transfer(
             identifier: identifier, request: request, limits: limits, validator: validator, continuation: continuation
@@ -166,7 +166,7 @@ public final class CurlDataLoader: DataLoading, Sendable {
 
     /// The events of one transfer, up to its response (or the error that ends it).
     private func receive(
-        _ events: AsyncThrowingStream<Event, any Error>,
+        _ events: AsyncThrowingStream<TransferEvent, any Error>,
         didReceive: @Sendable (Data, URLResponse) throws -> Void
     ) async throws -> URLResponse {
         var response: URLResponse?

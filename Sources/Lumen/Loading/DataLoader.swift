@@ -224,7 +224,7 @@ public final class DataLoader: DataLoading, Sendable {
             urlCache.removeCachedResponse(for: request)
         }
         #endif
-        let (events, continuation) = AsyncThrowingStream.makeStream(of: SessionDelegate.Event.self)
+        let (events, continuation) = AsyncThrowingStream.makeStream(of: TransferEvent.self)
         #if canImport(FoundationNetworking)
         // A fractional request timeout is kept by the loader: the session gets one it cannot
         // reach first.
@@ -242,7 +242,7 @@ public final class DataLoader: DataLoading, Sendable {
         let task = session.dataTask(with: request)
         #endif
         let identifier = task.taskIdentifier
-        let finished = SessionDelegate.Completion()
+        let finished = TransferCompletion()
         delegate.register(identifier, SessionDelegate.Handler(
             request: request, validate: validator, continuation: continuation, idle: idle
         ), completion: finished)
@@ -304,7 +304,7 @@ public final class DataLoader: DataLoading, Sendable {
 
     /// The events of one transfer, up to its response (or the error that ends it).
     private func receive(
-        _ events: AsyncThrowingStream<SessionDelegate.Event, any Swift.Error>, request: URLRequest,
+        _ events: AsyncThrowingStream<TransferEvent, any Swift.Error>, request: URLRequest,
         didReceive: @Sendable (Data, URLResponse) throws -> Void
     ) async throws -> URLResponse {
         var response: URLResponse?

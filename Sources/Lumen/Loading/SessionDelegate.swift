@@ -7,16 +7,10 @@ import Synchronization
 /// The session's delegate: routes each task's callbacks, which arrive on the session's
 /// delegate queue, to the stream of the load that started it.
 final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
-    enum Event: Sendable {
-        case response(URLResponse)
-        case data(Data)
-        case completed
-    }
-
     struct Handler: Sendable {
         let request: URLRequest
         let validate: DataLoader.Validator
-        let continuation: AsyncThrowingStream<Event, any Error>.Continuation
+        let continuation: AsyncThrowingStream<TransferEvent, any Error>.Continuation
         /// The request timeout the loader keeps itself (Linux, fractional seconds), restarted
         /// by every event of the task.
         var idle: IdleTimeout?
@@ -71,37 +65,6 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
         }
     }
 
-    /// Resolved when the session reports its task finished (`didCompleteWithError`), whether
-    /// or not a load still listens to the task's events.
-    final class Completion: Sendable {
-        private let state = Mutex<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
-
-        func resolve() {
-            let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-                state.done = true
-                defer { state.waiters = [] }
-                return state.waiters
-            }
-            for waiter in waiters { waiter.resume() }
-        }
-
-        /// Suspends until resolved (or until `limit` has passed, when given).
-        func wait(atMost limit: DispatchTimeInterval? = nil) async {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let done = state.withLock { state -> Bool in
-                    if state.done { return true }
-                    state.waiters.append(continuation)
-                    return false
-                }
-                if done {
-                    continuation.resume()
-                } else if let limit {
-                    DispatchQueue.global().asyncAfter(deadline: .now() + limit) { [self] in resolve() }
-                }
-            }
-        }
-    }
-
     private let handlers = Mutex<[Int: Handler]>([:])
 
     /// Where a task stands with redirects, from its registration to its completion.
@@ -124,9 +87,9 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
         var refusal: URLError?
     }
     private let gates = Mutex<[Int: Gate]>([:])
-    private let completions = Mutex<[Int: Completion]>([:])
+    private let completions = Mutex<[Int: TransferCompletion]>([:])
 
-    func register(_ identifier: Int, _ handler: Handler, completion: Completion) {
+    func register(_ identifier: Int, _ handler: Handler, completion: TransferCompletion) {
         gates.withLock { $0[identifier] = Gate() }
         handlers.withLock { $0[identifier] = handler }
         completions.withLock { $0[identifier] = completion }

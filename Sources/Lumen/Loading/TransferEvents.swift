@@ -1,0 +1,46 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Synchronization
+
+/// What a transfer tells the load waiting for it, in order: the response head (once), body
+/// chunks, then `.completed` — or the stream of events ends with an error. ``DataLoader``'s
+/// session delegate and ``CurlDataLoader``'s loop both send them.
+enum TransferEvent: Sendable {
+    case response(URLResponse)
+    case data(Data)
+    case completed
+}
+
+/// Resolved once a loader's transfer is over — the session reported its task finished, or the
+/// curl loop removed its handle — whether or not a load still listens to its events, so that
+/// `loadData` returns only after its transfer has stopped.
+final class TransferCompletion: Sendable {
+    private let state = Mutex<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+
+    func resolve() {
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.done = true
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Suspends until resolved (or until `limit` has passed, when given). Not cancellable.
+    func wait(atMost limit: DispatchTimeInterval? = nil) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = state.withLock { state -> Bool in
+                if state.done { return true }
+                state.waiters.append(continuation)
+                return false
+            }
+            if done {
+                continuation.resume()
+            } else if let limit {
+                DispatchQueue.global().asyncAfter(deadline: .now() + limit) { [self] in resolve() }
+            }
+        }
+    }
+}
