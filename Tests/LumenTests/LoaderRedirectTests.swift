@@ -6,7 +6,8 @@ import Testing
 import Lumen
 import LumenTestSupport
 
-/// `DataLoader` and redirects: followed within HTTP, refused to any other scheme.
+/// The HTTP loaders and redirects: followed within HTTP, refused to any other scheme (each
+/// scenario runs against every ``LoaderKind``).
 @Suite(.timeLimit(.minutes(1)))
 struct LoaderRedirectTests {
     let server: LoopbackServer
@@ -23,9 +24,10 @@ struct LoaderRedirectTests {
 
     /// FoundationNetworking follows `Location: file:///etc/passwd` as `GET /etc/passwd` on the
     /// same server; the loader refuses it before any second request, with a typed error.
-    @Test(arguments: ["file:///etc/passwd", "FILE:///etc/passwd", "data:text/plain,root", "ftp://127.0.0.1/etc/passwd",
-                      "gopher://127.0.0.1/etc/passwd"])
-    func aRedirectToAnotherSchemeIsRefused(location: String) async throws {
+    @Test(arguments: LoaderKind.available, ["file:///etc/passwd", "FILE:///etc/passwd", "data:text/plain,root",
+                                            "ftp://127.0.0.1/etc/passwd", "gopher://127.0.0.1/etc/passwd"])
+    func aRedirectToAnotherSchemeIsRefused(kind: LoaderKind, location: String) async throws {
+        let loader = kind.make()
         server.redirect(path: "/r", to: location)
         let sink = ChunkSink()
 
@@ -41,9 +43,10 @@ struct LoaderRedirectTests {
 
     /// Relative, scheme-relative and absolute HTTP locations are followed (a colon later in a
     /// path does not make it a scheme).
-    @Test(arguments: ["/img.png", "img.png", "/a:b.png", "http://127.0.0.1:PORT/img.png", "HTTP://127.0.0.1:PORT/img.png",
-                      "//127.0.0.1:PORT/img.png"])
-    func aRedirectWithinHTTPIsFollowed(location: String) async throws {
+    @Test(arguments: LoaderKind.available, ["/img.png", "img.png", "/a:b.png", "http://127.0.0.1:PORT/img.png",
+                                            "HTTP://127.0.0.1:PORT/img.png", "//127.0.0.1:PORT/img.png"])
+    func aRedirectWithinHTTPIsFollowed(kind: LoaderKind, location: String) async throws {
+        let loader = kind.make()
         let port = server.url(for: "/").port ?? 0
         server.redirect(path: "/r", to: location.replacingOccurrences(of: "PORT", with: String(port)), status: 301)
         let sink = ChunkSink()
@@ -59,9 +62,13 @@ struct LoaderRedirectTests {
     /// its directory, with dot segments removed (FoundationNetworking alone resolves it against
     /// the server's root: `img.png` from `/dir/sub/r` was `GET /img.png`, and `../img.png` was
     /// sent as `GET /../img.png`).
-    @Test(arguments: [("img.png", "/dir/sub/img.png"), ("./img.png", "/dir/sub/img.png"), ("x/../img.png", "/dir/sub/img.png"),
-                      ("../img.png", "/dir/img.png"), ("../../dir/img.png", "/dir/img.png"), ("../../img.png", "/img.png")])
-    func aRelativeRedirectIsResolvedAgainstTheRedirectingURL(location: String, expectedPath: String) async throws {
+    @Test(arguments: LoaderKind.available, [
+        ("img.png", "/dir/sub/img.png"), ("./img.png", "/dir/sub/img.png"), ("x/../img.png", "/dir/sub/img.png"),
+        ("../img.png", "/dir/img.png"), ("../../dir/img.png", "/dir/img.png"), ("../../img.png", "/img.png"),
+    ])
+    func aRelativeRedirectIsResolvedAgainstTheRedirectingURL(kind: LoaderKind, redirect: (location: String, expectedPath: String)) async throws {
+        let loader = kind.make()
+        let (location, expectedPath) = redirect
         let images = ["/img.png": image, "/dir/img.png": LoaderTests.bytes(count: 4_000, seed: 12),
                       "/dir/sub/img.png": LoaderTests.bytes(count: 3_000, seed: 13)]
         for (path, data) in images { server.serve(path: path, data: data, contentType: "image/png") }
@@ -78,7 +85,9 @@ struct LoaderRedirectTests {
     }
 
     /// Each hop of a chain is resolved against the hop before it, not the first URL.
-    @Test func eachHopOfARelativeChainIsResolvedAgainstThePreviousOne() async throws {
+    @Test(arguments: LoaderKind.available)
+    func eachHopOfARelativeChainIsResolvedAgainstThePreviousOne(kind: LoaderKind) async throws {
+        let loader = kind.make()
         server.serve(path: "/a/img.png", data: image, contentType: "image/png")
         server.redirect(path: "/a/r1", to: "b/r2")
         server.redirect(path: "/a/b/r2", to: "../img.png", status: 307)
@@ -96,7 +105,9 @@ struct LoaderRedirectTests {
     /// a redirect and handling the answer. Loads through a chain of redirects, cancelled after
     /// varying numbers of scheduler turns, hit that window; each ends as cancelled (or with
     /// the image, when it won), and the process lives.
-    @Test func cancellingDuringRedirectsIsSafe() async throws {
+    @Test(arguments: LoaderKind.available)
+    func cancellingDuringRedirectsIsSafe(kind: LoaderKind) async throws {
+        let loader = kind.make()
         server.serve(path: "/big.png", data: Data(count: 200_000), contentType: "image/png")
         for hop in 0..<8 { server.redirect(path: "/hop\(hop)", to: hop == 7 ? "/big.png" : "/hop\(hop + 1)") }
         var cancelled = 0
@@ -114,5 +125,7 @@ struct LoaderRedirectTests {
             }
         }
         #expect(cancelled > 0)
+        // The loader still works.
+        _ = try await loader.loadData(for: URLRequest(url: server.url(for: "/hop0"))) { _, _ in }
     }
 }

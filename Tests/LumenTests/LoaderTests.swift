@@ -7,7 +7,8 @@ import Testing
 import Lumen
 import LumenTestSupport
 
-/// `DataLoader` against the loopback server.
+/// `DataLoader` against the loopback server; the scenarios both HTTP loaders share run against
+/// `CurlDataLoader` too (see ``LoaderKind``).
 @Suite(.timeLimit(.minutes(1)))
 struct LoaderTests {
     let server: LoopbackServer
@@ -17,7 +18,9 @@ struct LoaderTests {
         server = try LoopbackServer()
     }
 
-    @Test func largeBodyArrivesInOrderInSeveralChunks() async throws {
+    @Test(arguments: LoaderKind.available)
+    func largeBodyArrivesInOrderInSeveralChunks(kind: LoaderKind) async throws {
+        let loader = kind.make()
         let body = Self.bytes(count: 3 * 1024 * 1024, seed: 1)
         server.serve(path: "/large.jpg", data: body, contentType: "image/jpeg")
         let sink = ChunkSink()
@@ -26,6 +29,7 @@ struct LoaderTests {
 
         let http = try #require(response as? HTTPURLResponse)
         #expect(http.statusCode == 200)
+        #expect(http.url == server.url(for: "/large.jpg"))
         #expect(http.expectedContentLength == Int64(body.count))
         #expect(http.mimeType == "image/jpeg")
         #expect(sink.data == body)
@@ -35,7 +39,9 @@ struct LoaderTests {
         #expect(server.statistics.totalRequests == 1)
     }
 
-    @Test func chunksArriveWhileTheDownloadIsStillRunning() async throws {
+    @Test(arguments: LoaderKind.available)
+    func chunksArriveWhileTheDownloadIsStillRunning(kind: LoaderKind) async throws {
+        let loader = kind.make()
         let body = Self.bytes(count: 1_000_000, seed: 7)
         server.serve(path: "/progressive", data: body)
         server.holdBody("/progressive", after: 400_000)
@@ -61,8 +67,9 @@ struct LoaderTests {
         #expect(try await load.value == body)
     }
 
-    @Test(arguments: [404, 500, 503])
-    func nonSuccessStatusIsTypedError(status: Int) async throws {
+    @Test(arguments: LoaderKind.available, [404, 500, 503])
+    func nonSuccessStatusIsTypedError(kind: LoaderKind, status: Int) async throws {
+        let loader = kind.make()
         server.serve(path: "/s", data: Data("body".utf8))
         if status != 404 { server.respond(path: "/s", status: status) }
         let path = status == 404 ? "/unknown" : "/s"
@@ -77,11 +84,14 @@ struct LoaderTests {
         }
         #expect(code == status)
         #expect((response as? HTTPURLResponse)?.statusCode == status)
+        #expect(response?.url == server.url(for: path))
         #expect(error?.statusCode == status)
         #expect(sink.chunks == 0, "a rejected response's body is not delivered")
     }
 
-    @Test func notModifiedPassesThroughForConditionalRequest() async throws {
+    @Test(arguments: LoaderKind.available)
+    func notModifiedPassesThroughForConditionalRequest(kind: LoaderKind) async throws {
+        let loader = kind.make()
         server.serve(path: "/e", data: Self.bytes(count: 10_000, seed: 2), etag: "\"abc\"")
         let url = server.url(for: "/e")
 
@@ -113,8 +123,9 @@ struct LoaderTests {
     /// An interim `100 Continue` or `103 Early Hints` before the response is not the response.
     /// FoundationNetworking hands it to the delegate first, and the load failed with
     /// `.statusCode(103)` although a good 200 followed.
-    @Test(arguments: [100, 103])
-    func interimResponseBeforeTheResponseIsSkipped(status: Int) async throws {
+    @Test(arguments: LoaderKind.available, [100, 103])
+    func interimResponseBeforeTheResponseIsSkipped(kind: LoaderKind, status: Int) async throws {
+        let loader = kind.make()
         let body = Self.bytes(count: 50_000, seed: 3)
         server.serve(path: "/hinted.jpg", data: body, contentType: "image/jpeg")
         server.sendInformational(status, for: "/hinted.jpg")
@@ -130,7 +141,9 @@ struct LoaderTests {
 
     /// A `206 Partial Content` answering a request that asked for no range is a part of the
     /// image, not the image: a typed error (it was returned as the body, and decoded).
-    @Test func partialContentForAWholeRequestIsATypedError() async throws {
+    @Test(arguments: LoaderKind.available)
+    func partialContentForAWholeRequestIsATypedError(kind: LoaderKind) async throws {
+        let loader = kind.make()
         server.serve(path: "/part", data: Data("body".utf8))
         server.respond(path: "/part", status: 206)
 
@@ -149,14 +162,12 @@ struct LoaderTests {
     /// `timeoutIntervalForResource` bounds the whole load. FoundationNetworking ignores it: a
     /// held request (or a server trickling bytes, which the request timeout never catches)
     /// kept the load waiting for ever.
-    @Test func resourceTimeoutEndsALoadThatNeverFinishes() async throws {
+    @Test(arguments: LoaderKind.available)
+    func resourceTimeoutEndsALoadThatNeverFinishes(kind: LoaderKind) async throws {
         server.serve(path: "/slow", data: Data("body".utf8))
         server.hold("/slow")
         defer { server.release("/slow") }
-        let configuration = DataLoader.defaultConfiguration
-        configuration.timeoutIntervalForRequest = 120
-        configuration.timeoutIntervalForResource = 1
-        let loader = DataLoader(configuration: configuration)
+        let loader = kind.make(requestTimeout: 120, resourceTimeout: 1)
 
         let error = await #expect(throws: URLError.self) {
             try await loader.loadData(for: URLRequest(url: server.url(for: "/slow"))) { _, _ in }
@@ -170,8 +181,8 @@ struct LoaderTests {
     /// itself, from the session's configuration or the request's own: a server that answers
     /// at once is loaded, through a redirect too; one that never answers, or stops in the
     /// middle of the body, times out.
-    @Test(arguments: [false, true])
-    func aFractionalRequestTimeoutIsKept(onTheRequest: Bool) async throws {
+    @Test(arguments: LoaderKind.available, [false, true])
+    func aFractionalRequestTimeoutIsKept(kind: LoaderKind, onTheRequest: Bool) async throws {
         let body = LoaderTests.bytes(count: 64 * 1024, seed: 5)
         server.serve(path: "/quick", data: body)
         server.redirect(path: "/hop", to: "/quick")
@@ -180,9 +191,7 @@ struct LoaderTests {
         server.serve(path: "/stall", data: body)
         server.holdBody("/stall", after: 1_000)
         defer { server.releaseAll() }
-        let configuration = DataLoader.defaultConfiguration
-        if !onTheRequest { configuration.timeoutIntervalForRequest = 0.9 }
-        let loader = DataLoader(configuration: configuration)
+        let loader = onTheRequest ? kind.make() : kind.make(requestTimeout: 0.9)
         func request(_ path: String) -> URLRequest {
             var request = URLRequest(url: server.url(for: path))
             if onTheRequest { request.timeoutInterval = 0.9 }
@@ -195,22 +204,27 @@ struct LoaderTests {
             #expect(sink.data == body, "\(path)")
         }
         for path in ["/never", "/stall"] {
+            let start = ContinuousClock.now
             let error = await #expect(throws: URLError.self, "\(path)") {
                 try await loader.loadData(for: request(path)) { _, _ in }
             }
             #expect(error?.code == .timedOut, "\(path)")
+            #expect(ContinuousClock.now - start >= .milliseconds(900), "\(path): not before the timeout")
         }
     }
 
-    @Test func customValidatorCanAcceptErrorStatuses() async throws {
-        let lenient = DataLoader(validate: { _, _ in })
+    @Test(arguments: LoaderKind.available)
+    func customValidatorCanAcceptErrorStatuses(kind: LoaderKind) async throws {
+        let lenient = kind.make(validate: { _, _ in })
         let sink = ChunkSink()
         let response = try await lenient.loadData(for: URLRequest(url: server.url(for: "/nothing")), didReceive: sink.append)
         #expect((response as? HTTPURLResponse)?.statusCode == 404)
         #expect(sink.chunks > 0, "the error page's body is delivered")
     }
 
-    @Test func cancellingTheTaskCancelsTheTransfer() async throws {
+    @Test(arguments: LoaderKind.available)
+    func cancellingTheTaskCancelsTheTransfer(kind: LoaderKind) async throws {
+        let loader = kind.make()
         server.serve(path: "/held", data: Self.bytes(count: 100_000, seed: 3))
         server.hold("/held")
         let sink = ChunkSink()
@@ -227,7 +241,9 @@ struct LoaderTests {
         #expect(server.statistics.bodyBytesSent == 0)
     }
 
-    @Test func cancelledBeforeStartingSendsNothing() async throws {
+    @Test(arguments: LoaderKind.available)
+    func cancelledBeforeStartingSendsNothing(kind: LoaderKind) async throws {
+        let loader = kind.make()
         server.serve(path: "/x", data: Data("x".utf8))
         let load = Task { [loader, server] in
             withUnsafeCurrentTask { $0?.cancel() }
@@ -237,7 +253,9 @@ struct LoaderTests {
         #expect(server.statistics.totalRequests == 0)
     }
 
-    @Test func throwingFromDidReceiveStopsTheLoad() async throws {
+    @Test(arguments: LoaderKind.available)
+    func throwingFromDidReceiveStopsTheLoad(kind: LoaderKind) async throws {
+        let loader = kind.make()
         struct TooLarge: Error, Equatable {}
         // The server pauses mid-body, so the transfer is still running when didReceive throws.
         let size = 1024 * 1024
@@ -269,7 +287,9 @@ struct LoaderTests {
         #expect(sink.data == Data("ok".utf8))
     }
 
-    @Test func truncatedBodyIsAnError() async throws {
+    @Test(arguments: LoaderKind.available)
+    func truncatedBodyIsAnError(kind: LoaderKind) async throws {
+        let loader = kind.make()
         let body = Self.bytes(count: 100_000, seed: 5)
         server.serve(path: "/t", data: body)
         server.truncate(path: "/t", after: 30_000)
@@ -290,7 +310,9 @@ struct LoaderTests {
     /// A gzip body cut short by the server's close (its `Content-Length` counts the whole
     /// gzip) is a lost connection, which the pipeline retries, not an unknown error; the
     /// length is not comparable with the bytes decoded, so it is not `.incompleteBody`.
-    @Test func aContentEncodedBodyCutShortIsALostConnection() async throws {
+    @Test(arguments: LoaderKind.available)
+    func aContentEncodedBodyCutShortIsALostConnection(kind: LoaderKind) async throws {
+        let loader = kind.make()
         let body = Self.bytes(count: 60_000, seed: 9)
         let gzip = Self.storedGzip(body)
         server.serve(path: "/gz", data: gzip, headers: ["Content-Encoding": "gzip"])
@@ -308,8 +330,9 @@ struct LoaderTests {
 
     /// A chunked body's `Content-Length` is ignored, as libcurl ignores it (RFC 9112, 6.3): a
     /// complete chunked body is not "incomplete" for a larger length, nor is the load refused.
-    @Test(arguments: [2, 1])
-    func aChunkedBodyIgnoresAContentLength(factor: Int) async throws {
+    @Test(arguments: LoaderKind.available, [2, 1])
+    func aChunkedBodyIgnoresAContentLength(kind: LoaderKind, factor: Int) async throws {
+        let loader = kind.make()
         let body = Self.bytes(count: 50_000, seed: 3)
         server.serve(path: "/c", data: body, headers: ["Content-Length": String(body.count * factor)])
         server.setChunked(for: "/c", chunkSize: 7_000)
@@ -373,8 +396,9 @@ struct LoaderTests {
     /// paused server meets a closed connection, never a client that reads the whole body.
     /// (FoundationNetworking stops a cancelled transfer asynchronously; without waiting for
     /// the session's "done", about one cancellation in a hundred let the body stream in.)
-    @Test(arguments: 0..<24)
-    func aCancelledLoadsTransferNeverOutlivesTheCall(round: Int) async throws {
+    @Test(arguments: LoaderKind.available, 0..<24)
+    func aCancelledLoadsTransferNeverOutlivesTheCall(kind: LoaderKind, round: Int) async throws {
+        let loader = kind.make()
         let size = 8 << 20
         server.serve(path: "/big", data: Data(repeating: 7, count: size))
         server.holdBody("/big", after: 4096)
@@ -397,7 +421,9 @@ struct LoaderTests {
         #expect(statistics.bodyBytesSent < size)
     }
 
-    @Test func chunkedBodyOfUnknownLength() async throws {
+    @Test(arguments: LoaderKind.available)
+    func chunkedBodyOfUnknownLength(kind: LoaderKind) async throws {
+        let loader = kind.make()
         let body = Self.bytes(count: 700_000, seed: 6)
         server.serve(path: "/c", data: body, contentType: "image/png")
         server.setChunked(for: "/c", chunkSize: 10_000)
@@ -407,7 +433,9 @@ struct LoaderTests {
         #expect(sink.data == body)
     }
 
-    @Test func concurrentLoadsShareTheConnectionLimit() async throws {
+    @Test(arguments: LoaderKind.available)
+    func concurrentLoadsShareTheConnectionLimit(kind: LoaderKind) async throws {
+        let loader = kind.make()
         let paths = (0..<20).map { "/image-\($0).jpg" }
         var bodies: [String: Data] = [:]
         for (i, path) in paths.enumerated() {
@@ -416,7 +444,7 @@ struct LoaderTests {
             server.serve(path: path, data: body, contentType: "image/jpeg")
             server.hold(path)
         }
-        let limit = DataLoader.defaultConfiguration.httpMaximumConnectionsPerHost
+        let limit = kind.connectionLimit
         #expect(limit == 6)
 
         try await withThrowingTaskGroup(of: (String, Data).self) { group in
