@@ -194,27 +194,12 @@ extension CurlDataLoader {
                     // fields, no blank line): FoundationNetworking traps here.
                     return urlError(.badServerResponse, "the connection closed before the response's header ended")
                 }
-                if let shortfall = Self.shortfall(of: response, received: received, request: request) {
+                if let shortfall = DataLoader.shortfall(of: response, received: received, request: request) {
                     return DataLoader.Error.incompleteBody(expected: shortfall, received: received)
                 }
                 return nil
             }
             return error(for: code)
-        }
-
-        /// The announced length when the body is shorter than it (and comparable: not HEAD,
-        /// not 204/304, not content-encoded, not framed by a `Transfer-Encoding`, which
-        /// overrides `Content-Length`); nil when the body is whole.
-        static func shortfall(of response: HTTPURLResponse, received: Int64, request: URLRequest) -> Int64? {
-            let expected = DataLoader.declaredLength(response)
-            guard expected > 0, received < expected, request.httpMethod?.uppercased() != "HEAD",
-                  response.statusCode != 204, response.statusCode != 304, !isContentEncoded(response) else { return nil }
-            return expected
-        }
-
-        private static func isContentEncoded(_ response: HTTPURLResponse) -> Bool {
-            guard let encoding = response.value(forHTTPHeaderField: "Content-Encoding") else { return false }
-            return encoding.lowercased() != "identity"
         }
 
         /// libcurl's error `code` as the error `DataLoader` throws for the same failure.
@@ -231,7 +216,7 @@ extension CurlDataLoader {
             // A head libcurl cannot read ("Invalid Content-Length", a malformed status line).
             case CURLE_WEIRD_SERVER_REPLY: return urlError(.badServerResponse, code: code)
             case CURLE_PARTIAL_FILE:
-                if let response, let expected = Self.shortfall(of: response, received: received, request: request) {
+                if let response, let expected = DataLoader.shortfall(of: response, received: received, request: request) {
                     return DataLoader.Error.incompleteBody(expected: expected, received: received)
                 }
                 return urlError(.networkConnectionLost, code: code)

@@ -350,16 +350,23 @@ public final class DataLoader: DataLoading, Sendable {
         throw CancellationError()
     }
 
-    /// Throws when the body is shorter than the `Content-Length` the response announced
-    /// (when the body is not content-encoded, so the two are comparable).
+    /// Throws when the body is shorter than the length the response announced (see
+    /// ``shortfall(of:received:request:)``).
     private static func checkComplete(_ response: URLResponse, received: Int64, request: URLRequest) throws {
-        let expected = declaredLength(response)
-        guard expected > 0, received != expected, request.httpMethod?.uppercased() != "HEAD" else { return }
-        if let http = response as? HTTPURLResponse, http.statusCode == 304 || http.statusCode == 204 { return }
-        if isContentEncoded(response) { return }
-        if received < expected {
+        if let expected = shortfall(of: response, received: received, request: request) {
             throw Error.incompleteBody(expected: expected, received: received)
         }
+    }
+
+    /// The announced length when the body that came is shorter than it and the two are
+    /// comparable — not for `HEAD`, a 204 or a 304, a content-encoded body, or a body framed
+    /// by a `Transfer-Encoding` (see ``declaredLength(_:)``); nil when the body is whole.
+    /// Both loaders' completeness check.
+    static func shortfall(of response: URLResponse, received: Int64, request: URLRequest) -> Int64? {
+        let expected = declaredLength(response)
+        guard expected > 0, received < expected, request.httpMethod?.uppercased() != "HEAD" else { return nil }
+        if let http = response as? HTTPURLResponse, http.statusCode == 304 || http.statusCode == 204 { return nil }
+        return isContentEncoded(response) ? nil : expected
     }
 
     /// The body's length as the response declares it, -1 when unknown: its `Content-Length`,
@@ -381,7 +388,7 @@ public final class DataLoader: DataLoading, Sendable {
 
     /// Whether the body was sent content-encoded (gzip, …), so that its length on the wire is
     /// not the length of the bytes delivered.
-    private static func isContentEncoded(_ response: URLResponse) -> Bool {
+    static func isContentEncoded(_ response: URLResponse) -> Bool {
         guard let encoding = (response as? HTTPURLResponse)?.value(forHTTPHeaderField: "Content-Encoding") else { return false }
         return encoding.lowercased() != "identity"
     }
