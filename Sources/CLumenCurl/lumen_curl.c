@@ -4,6 +4,10 @@ CURLcode lumen_curl_easy_setopt_long(CURL *handle, CURLoption option, long value
     return curl_easy_setopt(handle, option, value);
 }
 
+CURLcode lumen_curl_easy_setopt_off_t(CURL *handle, CURLoption option, curl_off_t value) {
+    return curl_easy_setopt(handle, option, value);
+}
+
 CURLcode lumen_curl_easy_setopt_string(CURL *handle, CURLoption option, const char *value) {
     return curl_easy_setopt(handle, option, value);
 }

@@ -24,12 +24,13 @@ extension LoopbackServer {
         mutating func run() {
             while true {
                 guard let head = readHead() else { return }
-                guard let request = HTTPRequestHead(parsing: head) else {
+                guard var request = HTTPRequestHead(parsing: head) else {
                     core.update { $0.stats.badRequests += 1 }
                     _ = sendSimple(status: 400, keepAlive: false)
                     return
                 }
-                guard discardBody(of: request) else { return }
+                guard let body = readBody(of: request) else { return }
+                request.body = body
                 guard respond(to: request) else { return }
             }
         }
@@ -82,28 +83,34 @@ extension LoopbackServer {
             return nil
         }
 
-        /// Reads and drops the request body (GET/HEAD rarely have one); false if the
-        /// connection ended or the body cannot be delimited.
-        private mutating func discardBody(of request: HTTPRequestHead) -> Bool {
+        /// The largest request body kept (a larger one is answered with 413).
+        static let maximumBodySize = 1 << 20
+
+        /// Reads the request body (GET/HEAD rarely have one); nil if the connection ended or
+        /// the body cannot be delimited or is too large (answered with 400 or 413).
+        private mutating func readBody(of request: HTTPRequestHead) -> Data? {
             if request.header("transfer-encoding") != nil {
                 core.update { $0.stats.badRequests += 1 }
                 _ = sendSimple(status: 400, keepAlive: false)
-                return false
+                return nil
             }
-            guard let lengthText = request.header("content-length") else { return true }
+            guard let lengthText = request.header("content-length") else { return Data() }
             guard let length = Int(lengthText.trimmingCharacters(in: .whitespaces)), length >= 0 else {
                 core.update { $0.stats.badRequests += 1 }
                 _ = sendSimple(status: 400, keepAlive: false)
-                return false
+                return nil
             }
-            var remaining = length
-            while remaining > 0 {
-                if buffer.isEmpty, !receive() { return false }
-                let n = min(remaining, buffer.count)
-                buffer.removeFirst(n)
-                remaining -= n
+            guard length <= Self.maximumBodySize else {
+                core.update { $0.stats.badRequests += 1 }
+                _ = sendSimple(status: 413, keepAlive: false)
+                return nil
             }
-            return true
+            while buffer.count < length {
+                guard receive() else { return nil }
+            }
+            let body = Data(buffer[..<length])
+            buffer.removeFirst(length)
+            return body
         }
 
         // MARK: Answering
@@ -138,8 +145,9 @@ extension LoopbackServer {
             // The route as it is now: a test may change it while the request waits.
             let route = core.withState { $0.routes[path] }
             let keepAlive = request.wantsKeepAlive
-            guard request.method == "GET" || request.method == "HEAD" else {
-                return sendSimple(status: 405, keepAlive: keepAlive, extraHeaders: ["Allow": "GET, HEAD"])
+            guard request.method == "GET" || request.method == "HEAD" || route?.extraMethods.contains(request.method) == true else {
+                let allowed = ["GET", "HEAD"] + (route?.extraMethods.sorted() ?? [])
+                return sendSimple(status: 405, keepAlive: keepAlive, extraHeaders: ["Allow": allowed.joined(separator: ", ")])
             }
             guard let route else { return sendSimple(status: 404, keepAlive: keepAlive, isHead: request.method == "HEAD") }
             if let raw = route.rawResponse {

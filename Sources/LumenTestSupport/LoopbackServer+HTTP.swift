@@ -17,6 +17,8 @@ struct HTTPRequestHead: Sendable {
     var version: String
     var headers: [(name: String, value: String)]
     var arrival: Date
+    /// The body, once read.
+    var body = Data()
 
     /// Parses a request head (without the final blank line); nil when it is malformed.
     init?(parsing bytes: [UInt8]) {
@@ -57,7 +59,7 @@ struct HTTPRequestHead: Sendable {
         for (name, value) in headers {
             fields[name] = fields[name].map { $0 + ", " + value } ?? value
         }
-        return LoopbackServer.RecordedRequest(method: method, path: path, target: target, headers: fields)
+        return LoopbackServer.RecordedRequest(method: method, path: path, target: target, headers: fields, body: body)
     }
 
     /// The value of the first header named `name` (lowercase), if any.
@@ -87,6 +89,7 @@ enum HTTPStatus {
         case 403: "Forbidden"
         case 404: "Not Found"
         case 405: "Method Not Allowed"
+        case 413: "Content Too Large"
         case 429: "Too Many Requests"
         case 500: "Internal Server Error"
         case 502: "Bad Gateway"

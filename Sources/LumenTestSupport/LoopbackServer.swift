@@ -5,7 +5,8 @@ import Foundation
 ///
 /// The server listens on an ephemeral port (`baseURL` says which) and handles each
 /// connection on its own thread with blocking POSIX sockets; connections are kept alive
-/// between requests, as `URLSession` expects. Only `GET` and `HEAD` are served. Paths are
+/// between requests, as `URLSession` expects. `GET` and `HEAD` are served, other methods
+/// where `allow(methods:for:)` allows them. Paths are
 /// matched verbatim, without the query string; an unknown path is a 404, a malformed request
 /// a 400 (the server never crashes on input, and a client that disconnects mid-response is
 /// counted, not fatal).
@@ -195,6 +196,13 @@ public final class LoopbackServer: Sendable {
         core.updateRoute(path) { $0.informationalStatus = status }
     }
 
+    /// Answers `methods` (say `POST`) at `path` as it answers `GET`; other methods than those,
+    /// `GET` and `HEAD` get `405 Method Not Allowed`. `recordedRequests` keeps each request's
+    /// body (at most 1 MiB; a larger one is answered with 413).
+    public func allow(methods: Set<String>, for path: String) {
+        core.updateRoute(path) { $0.extraMethods = methods }
+    }
+
     /// Delays every response to `path` by `latency`, measured from the moment its request
     /// arrives (a real wait on the server's connection thread). `.zero` removes the delay.
     public func setLatency(_ latency: Duration, for path: String) {
@@ -257,6 +265,8 @@ public final class LoopbackServer: Sendable {
         public var target: String
         /// Header fields by lowercased name; repeated fields are joined with ", ".
         public var headers: [String: String]
+        /// The request body (empty when there was none).
+        public var body: Data = Data()
 
         /// The value of the header `name` (any case).
         public func header(_ name: String) -> String? { headers[name.lowercased()] }
@@ -342,6 +352,8 @@ extension LoopbackServer {
         var bodyPauseAfter: Int?
         /// Sent instead of a response, then the connection closes (see `respondRaw(path:bytes:)`).
         var rawResponse: Data?
+        /// Methods answered besides `GET` and `HEAD` (see `allow(methods:for:)`).
+        var extraMethods: Set<String> = []
 
         init(
             data: Data? = nil, contentType: String = "application/octet-stream",

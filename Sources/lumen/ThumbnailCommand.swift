@@ -221,8 +221,8 @@ enum ThumbnailCommand {
             configuration.dataLoadingQueue = WorkQueue(name: "lumen.data", maxConcurrentCount: options.concurrency, execution: .tasks)
         }
         #if os(Linux)
-        // The URLs are anyone's: on Linux they load through libcurl directly, since a server
-        // can make FoundationNetworking's URLSession trap (see `CurlDataLoader`).
+        // The default loader there (libcurl directly: the URLs are anyone's, and a server can
+        // make FoundationNetworking's URLSession trap), with a connection per decode.
         configuration.dataLoader = CurlDataLoader(maximumConnectionsPerHost: max(6, options.concurrency))
         #else
         if options.concurrency > 6 {

@@ -65,10 +65,48 @@ struct CurlDataLoaderTests {
         #expect(sink.chunks == 0)
         #expect(server.recordedRequests(for: "/h").last?.method == "HEAD")
 
+        // A method that is not an HTTP token, and a body stream: refused before anything is sent.
+        request.httpMethod = "GET /x HTTP/1.1\r\nX:"
+        let notAToken = await #expect(throws: URLError.self) { try await loader.loadData(for: request) { _, _ in } }
+        #expect(notAToken?.code == .badURL)
         request.httpMethod = "POST"
-        let error = await #expect(throws: URLError.self) { try await loader.loadData(for: request) { _, _ in } }
-        #expect(error?.code == .unsupportedURL)
+        request.httpBodyStream = InputStream(data: Data("abc".utf8))
+        let stream = await #expect(throws: URLError.self) { try await loader.loadData(for: request) { _, _ in } }
+        #expect(stream?.code == .unsupportedURL)
         #expect(server.requestCount(for: "/h") == 2)
+    }
+
+    /// A body libcurl would send with `Expect: 100-continue` (over 1 KiB in some versions, 1 MiB
+    /// in others) goes at once: the loopback server never sends `100 Continue`, so a load that
+    /// waited for one would still succeed, a second later; the header is what shows it.
+    @Test func aLargeBodyIsSentWithoutExpectContinue() async throws {
+        server.serve(path: "/upload", data: Data("ok".utf8))
+        server.allow(methods: ["POST"], for: "/upload")
+        let body = LoaderTests.bytes(count: 600_000, seed: 12)
+        var request = URLRequest(url: server.url(for: "/upload"))
+        request.httpMethod = "POST"
+        request.httpBody = body
+        _ = try await loader.loadData(for: request) { _, _ in }
+        let recorded = try #require(server.recordedRequests(for: "/upload").first)
+        #expect(recorded.body == body)
+        #expect(recorded.header("Expect") == nil)
+    }
+
+    /// On Linux the pipeline's default loader is this one: a server that cuts its response head
+    /// short fails that load with a typed error, where FoundationNetworking would trap and end
+    /// the process (this test process with it).
+    @Test func theDefaultPipelineSurvivesAResponseHeadCutShort() async throws {
+        server.respondRaw(path: "/cut", bytes: Data("HTTP/1.1 200 OK\r\nContent-Type: image/png\r\n".utf8))
+        let body = LoaderTests.bytes(count: 1_000, seed: 5)
+        server.serve(path: "/fine", data: body)
+        let pipeline = ImagePipeline(configuration: ImagePipeline.Configuration())
+        let error = await #expect(throws: ImagePipeline.Error.self) {
+            try await pipeline.data(for: ImageRequest(url: server.url(for: "/cut")))
+        }
+        #expect(error?.code == .dataLoadingFailed)
+        #expect((error?.underlyingError as? URLError)?.code == .badServerResponse)
+        // The pipeline goes on loading.
+        #expect(try await pipeline.data(for: ImageRequest(url: server.url(for: "/fine"))).0 == body)
     }
 
     // MARK: Redirects

@@ -213,6 +213,49 @@ struct LoaderTests {
         }
     }
 
+    /// A request's method and body reach the server as given; a body-less method sends none.
+    @Test(arguments: LoaderKind.available, ["POST", "PUT", "PATCH", "DELETE"])
+    func theRequestsMethodAndBodyAreSent(kind: LoaderKind, method: String) async throws {
+        let loader = kind.make()
+        let answer = Self.bytes(count: 3_000, seed: 21)
+        server.serve(path: "/m", data: answer)
+        server.allow(methods: [method], for: "/m")
+        let body = method == "DELETE" ? nil : Data("{\"size\": 256, \"method\": \"\(method)\"}".utf8)
+        var request = URLRequest(url: server.url(for: "/m"))
+        request.httpMethod = method
+        request.httpBody = body
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        let sink = ChunkSink()
+        let response = try await loader.loadData(for: request, didReceive: sink.append)
+        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        #expect(sink.data == answer)
+        let recorded = try #require(server.recordedRequests(for: "/m").first)
+        #expect(recorded.method == method)
+        #expect(recorded.body == body ?? Data())
+        #expect(recorded.header("Content-Type") == "application/json")
+        if let body { #expect(recorded.header("Content-Length") == String(body.count)) }
+    }
+
+    /// A `303 See Other` to a POST is followed with a GET and no body.
+    @Test(arguments: LoaderKind.available)
+    func aPostRedirectedWith303BecomesAGet(kind: LoaderKind) async throws {
+        let loader = kind.make()
+        let answer = Self.bytes(count: 2_000, seed: 22)
+        server.allow(methods: ["POST"], for: "/form")
+        server.redirect(path: "/form", to: "/result", status: 303)
+        server.serve(path: "/result", data: answer)
+        var request = URLRequest(url: server.url(for: "/form"))
+        request.httpMethod = "POST"
+        request.httpBody = Data("a=1".utf8)
+        let sink = ChunkSink()
+        _ = try await loader.loadData(for: request, didReceive: sink.append)
+        #expect(sink.data == answer)
+        #expect(server.recordedRequests(for: "/form").first?.method == "POST")
+        let followed = try #require(server.recordedRequests(for: "/result").first)
+        #expect(followed.method == "GET")
+        #expect(followed.body.isEmpty)
+    }
+
     @Test(arguments: LoaderKind.available)
     func customValidatorCanAcceptErrorStatuses(kind: LoaderKind) async throws {
         let lenient = kind.make(validate: { _, _ in })

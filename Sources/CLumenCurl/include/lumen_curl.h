@@ -8,6 +8,10 @@
 /// `curl_easy_setopt` for a `long` option (`CURLOPTTYPE_LONG`: flags, counts, milliseconds).
 CURLcode lumen_curl_easy_setopt_long(CURL *handle, CURLoption option, long value);
 
+/// `curl_easy_setopt` for a `curl_off_t` option (`CURLOPTTYPE_OFF_T`: sizes such as
+/// `CURLOPT_POSTFIELDSIZE_LARGE`).
+CURLcode lumen_curl_easy_setopt_off_t(CURL *handle, CURLoption option, curl_off_t value);
+
 /// `curl_easy_setopt` for a string option (`CURLOPTTYPE_STRINGPOINT`); libcurl copies the string.
 CURLcode lumen_curl_easy_setopt_string(CURL *handle, CURLoption option, const char *value);
 

@@ -19,13 +19,13 @@ extension CurlDataLoader {
     /// thread calls `curl_multi_wakeup` after posting a command. It never spins: with nothing
     /// to do it sleeps in the poll.
     ///
-    /// The thread ends after ``shutDown()`` (the loader's `deinit`); a load keeps its loader,
-    /// so no transfer is running then.
+    /// The thread starts with the first transfer and ends after ``shutDown()`` (the loader's
+    /// `deinit`); a load keeps its loader, so no transfer is running then.
     final class Engine: @unchecked Sendable {
         // @unchecked: `multi` and `transfers` are used only on the loop thread; other threads
         // touch only `inbox` (a Mutex) and call `curl_multi_wakeup` under its lock.
         private let multi: UnsafeMutableRawPointer
-        private let inbox = Mutex<(commands: [Command], isShuttingDown: Bool, isClosed: Bool)>(([], false, false))
+        private let inbox = Mutex<(commands: [Command], isStarted: Bool, isShuttingDown: Bool, isClosed: Bool)>(([], false, false, false))
         /// The running transfers by easy handle; loop thread only.
         private var transfers: [UnsafeMutableRawPointer: Transfer] = [:]
         private let nextIdentifier = Atomic<Int>(0)
@@ -44,6 +44,11 @@ extension CurlDataLoader {
             guard let multi = curl_multi_init() else { fatalError("CurlDataLoader: curl_multi_init failed (out of memory)") }
             self.multi = multi
             _ = lumen_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, maximumConnectionsPerHost)
+        }
+
+        /// Starts the loop thread; called once, with the first command (a loader that never
+        /// loads over HTTP, like most configurations made only to be changed, never has one).
+        private func startThread() {
             let thread = Thread { [self] in
                 // Named in at most 15 bytes: Linux refuses a longer thread name.
                 Thread.current.name = "LumenCurlLoader"
@@ -67,20 +72,31 @@ extension CurlDataLoader {
         /// Ends the loop thread (after cancelling any transfer left, of which there are none
         /// when the loader is deinitialised).
         func shutDown() {
-            inbox.withLock { inbox in
-                guard !inbox.isClosed else { return }
+            let hasThread = inbox.withLock { inbox in
+                guard !inbox.isClosed else { return true }
+                guard inbox.isStarted else {
+                    inbox.isClosed = true
+                    return false
+                }
                 inbox.isShuttingDown = true
                 _ = curl_multi_wakeup(multi)
+                return true
             }
+            // No thread ever ran: nothing else can reach the multi handle now.
+            if !hasThread { curl_multi_cleanup(multi) }
         }
 
         private func post(_ command: Command) {
-            inbox.withLock { inbox in
-                guard !inbox.isClosed else { return }
+            let mustStart = inbox.withLock { inbox -> Bool in
+                guard !inbox.isClosed else { return false }
                 inbox.commands.append(command)
                 // Under the lock, so that the loop cannot free the multi handle meanwhile.
                 _ = curl_multi_wakeup(multi)
+                defer { inbox.isStarted = true }
+                return !inbox.isStarted
             }
+            // The new thread finds the command in the inbox.
+            if mustStart { startThread() }
         }
 
         // MARK: The loop (loop thread only)

@@ -48,23 +48,36 @@ extension CurlDataLoader {
         private var failure: (any Error)?
 
         /// Sets up an easy handle for `request` (an `http` or `https` URL).
-        /// - Throws: `URLError(.unsupportedURL)` for a method other than GET or HEAD,
-        ///   `URLError(.badURL)` for a header field with a line break.
+        /// - Throws: `URLError(.unsupportedURL)` for a body stream (`httpBodyStream`),
+        ///   `URLError(.badURL)` for a method that is not a token or a header field with a
+        ///   line break.
         init(
             identifier: Int, request: URLRequest, limits: Limits, validator: @escaping DataLoader.Validator,
             continuation: AsyncThrowingStream<TransferEvent, any Error>.Continuation
         ) throws {
-            let method = request.httpMethod?.uppercased() ?? "GET"
-            guard method == "GET" || method == "HEAD" else {
-                throw URLError(.unsupportedURL, userInfo: [NSLocalizedDescriptionKey: "CurlDataLoader sends only GET and HEAD, not \(method)"])
+            // Methods are case-sensitive (RFC 9110 §9.1); URLSession sends them as given too.
+            let method = request.httpMethod ?? "GET"
+            guard !method.isEmpty, method.utf8.allSatisfy(Self.isTokenByte) else {
+                throw URLError(.badURL, userInfo: [NSLocalizedDescriptionKey: "the method \(method.debugDescription) is not an HTTP token"])
             }
+            guard request.httpBodyStream == nil else {
+                throw URLError(.unsupportedURL, userInfo: [NSLocalizedDescriptionKey: "CurlDataLoader sends a request body from httpBody, not from a stream"])
+            }
+            let body = request.httpBody
             var lines: [String] = []
-            for (name, value) in (request.allHTTPHeaderFields ?? [:]).sorted(by: { $0.key < $1.key }) {
+            let fields = request.allHTTPHeaderFields ?? [:]
+            for (name, value) in fields.sorted(by: { $0.key < $1.key }) {
                 guard !(name + value).contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
                     throw URLError(.badURL, userInfo: [NSLocalizedDescriptionKey: "the header field \(name) contains a line break"])
                 }
                 // "Name;" sends an empty value ("Name:" would remove the header).
                 lines.append(value.isEmpty ? "\(name);" : "\(name): \(value)")
+            }
+            if body != nil, !fields.keys.contains(where: { $0.caseInsensitiveCompare("Expect") == .orderedSame }) {
+                // No `Expect: 100-continue` (libcurl adds it to larger bodies, then waits up to
+                // a second for a `100` many servers never send): the body goes at once, as
+                // URLSession sends it.
+                lines.append("Expect:")
             }
             guard let easy = curl_easy_init() else { throw URLError(.unknown, userInfo: [NSLocalizedDescriptionKey: "curl_easy_init failed"]) }
             self.identifier = identifier
@@ -81,7 +94,7 @@ extension CurlDataLoader {
 
             let user = Unmanaged.passUnretained(self).toOpaque()
             _ = lumen_curl_easy_setopt_string(easy, CURLOPT_URL, request.url?.absoluteString ?? "")
-            if method == "HEAD" { _ = lumen_curl_easy_setopt_long(easy, CURLOPT_NOBODY, 1) }
+            Self.setMethod(method, body: body, on: easy)
             if let headerList { _ = lumen_curl_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, headerList) }
             _ = lumen_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
             _ = lumen_curl_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
@@ -118,6 +131,47 @@ extension CurlDataLoader {
             curl_easy_cleanup(easy)
             curl_slist_free_all(headerList)
             errorBuffer.deallocate()
+        }
+
+        /// Sets the request's method and body on `easy`. GET and HEAD are libcurl's own;
+        /// POST is libcurl's, so that a `301`, `302` or `303` turns it into a GET as browsers
+        /// and URLSession do; any other method is sent as given (and kept across redirects but
+        /// a `303`'s). A body is copied into the handle and sent with its length.
+        private static func setMethod(_ method: String, body: Data?, on easy: UnsafeMutableRawPointer) {
+            switch method {
+            case "GET": break
+            case "HEAD":
+                // No body either way: a HEAD request sends none.
+                _ = lumen_curl_easy_setopt_long(easy, CURLOPT_NOBODY, 1)
+                return
+            case "POST": _ = lumen_curl_easy_setopt_long(easy, CURLOPT_POST, 1)
+            default: _ = lumen_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)
+            }
+            guard let body else { return }
+            if method != "POST" {
+                // A body needs libcurl's POST machinery; the verb stays the request's.
+                _ = lumen_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)
+                _ = lumen_curl_easy_setopt_long(easy, CURLOPT_POST, 1)
+            }
+            // The size first: then libcurl copies exactly that many bytes.
+            _ = lumen_curl_easy_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count))
+            if body.isEmpty {
+                _ = lumen_curl_easy_setopt_string(easy, CURLOPT_COPYPOSTFIELDS, "")
+            } else {
+                body.withUnsafeBytes { bytes in
+                    _ = lumen_curl_easy_setopt_pointer(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: bytes.baseAddress!))
+                }
+            }
+        }
+
+        /// Whether `byte` may appear in an HTTP token (RFC 9110 §5.6.2: a method's characters).
+        private static func isTokenByte(_ byte: UInt8) -> Bool {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                true
+            default:
+                "!#$%&'*+-.^_`|~".utf8.contains(byte)
+            }
         }
 
         /// Whole milliseconds for libcurl, at least 1; nil for no limit.

@@ -15,13 +15,15 @@ import FoundationNetworking
 /// loader fails such a load with `URLError(.badServerResponse)` and sleeps in
 /// `curl_multi_poll` while it waits.
 ///
+/// On Linux, ``ImagePipeline/Configuration`` uses one by default; to tune it:
+///
 /// ```swift
-/// let pipeline = ImagePipeline(configuration: .init(dataLoader: CurlDataLoader()))
+/// let pipeline = ImagePipeline(configuration: .init(dataLoader: CurlDataLoader(requestTimeout: 10)))
 /// ```
 ///
 /// - Threads: one thread per loader runs every transfer (libcurl's multi handle, at most 6
-///   connections per host, kept alive between loads); it ends when the loader is
-///   deinitialised. Chunks are handed to `didReceive` on the calling task, in order. (No
+///   connections per host, kept alive between loads); it starts with the first `http` or
+///   `https` load and ends when the loader is deinitialised. Chunks are handed to `didReceive` on the calling task, in order. (No
 ///   back-pressure: chunks wait in memory until `didReceive` takes them.)
 /// - Cancellation: cancelling the Swift task that awaits `loadData(for:didReceive:)` stops
 ///   the transfer at once and the call throws `CancellationError`. If `didReceive` throws,
@@ -54,12 +56,17 @@ import FoundationNetworking
 /// - Local URLs: `file:` (when `allowsLocalFiles`) and `data:` are read as ``DataLoader``
 ///   reads them, without the network. Other schemes fail with `URLError(.unsupportedURL)`.
 ///
+/// - Methods and bodies: the request's method is sent as given; `httpBody` is sent with its
+///   length (a `301`, `302` or `303` turns a POST into a GET, as URLSession does).
+///   `httpBodyStream` is not read: such a request fails with `URLError(.unsupportedURL)`.
+///
 /// What it does not do: no `URLCache` (Lumen's `DataCache` caches original bytes and
 /// revalidates them), no cookie storage and no credential store (a request carries its own
-/// `Cookie` or `Authorization` header, sent as given), only `GET` and `HEAD` (another method
-/// fails with `URLError(.unsupportedURL)`), no request body, and no proxy or TLS settings of
-/// its own: libcurl's defaults apply (the `http_proxy`/`https_proxy` environment variables,
-/// the system's CA store).
+/// `Cookie` or `Authorization` header, sent as given; a user and password in the URL are sent
+/// as Basic authentication, to that host only), and no proxy or TLS settings of its own:
+/// libcurl's defaults apply (the `http_proxy`/`https_proxy` environment variables, the
+/// system's CA store). It is the default loader on Linux (see
+/// ``ImagePipeline/Configuration/makeDefaultDataLoader()``).
 public final class CurlDataLoader: DataLoading, Sendable {
     private let engine: Engine
     private let validator: DataLoader.Validator
@@ -85,7 +92,7 @@ public final class CurlDataLoader: DataLoading, Sendable {
     /// The most redirects one load follows.
     public static let maximumRedirects = 20
 
-    /// Creates a loader and starts its thread.
+    /// Creates a loader; its thread starts with the first `http` or `https` load.
     /// - Parameters:
     ///   - requestTimeout: the longest wait for the next byte, in seconds (fractions are
     ///     kept); 0 or infinity for none. Default 60.

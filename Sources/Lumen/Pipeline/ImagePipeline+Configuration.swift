@@ -8,7 +8,8 @@ extension ImagePipeline {
     /// and the concurrency limits of each queue. Give each pipeline its own queues (and
     /// caches) to keep them independent.
     public struct Configuration: Sendable {
-        /// Loads the bytes of URL requests. Default: a new ``DataLoader``.
+        /// Loads the bytes of URL requests. Default: ``makeDefaultDataLoader()``'s new loader
+        /// (a ``CurlDataLoader`` on Linux, a ``DataLoader`` elsewhere).
         public var dataLoader: any DataLoading
         /// Decodes bytes into images on the decoding queue's workers. Default
         /// ``ImageDecoders/Default``.
@@ -71,8 +72,23 @@ extension ImagePipeline {
         /// never prints.
         public var logger: (@Sendable (String) -> Void)?
 
+        /// A new loader of the platform's default kind, with its defaults.
+        ///
+        /// On Linux a ``CurlDataLoader``: `URLSession` there is FoundationNetworking, which a
+        /// server can crash remotely (a response head cut short by a clean close makes it trap)
+        /// and which busy-polls a core while a transfer waits; see ``CurlDataLoader``. On
+        /// Apple platforms a ``DataLoader`` over `URLSession`. Both load `http`, `https`,
+        /// `file` and `data` URLs and throw the same errors for the same failures.
+        public static func makeDefaultDataLoader() -> any DataLoading {
+            #if canImport(CCurl) && canImport(CLumenCurl)
+            CurlDataLoader()
+            #else
+            DataLoader()
+            #endif
+        }
+
         /// Creates a configuration with the defaults, using `dataLoader` for downloads.
-        public init(dataLoader: any DataLoading = DataLoader()) {
+        public init(dataLoader: any DataLoading = Configuration.makeDefaultDataLoader()) {
             let cores = max(1, ProcessInfo.processInfo.activeProcessorCount)
             self.dataLoader = dataLoader
             self.decoder = ImageDecoders.Default()
