@@ -84,7 +84,7 @@ extension LoopbackServer {
         }
 
         /// The largest request body kept (a larger one is answered with 413).
-        static let maximumBodySize = 1 << 20
+        static let maximumBodySize = 4 << 20
 
         /// Reads the request body (GET/HEAD rarely have one); nil if the connection ended or
         /// the body cannot be delimited or is too large (answered with 400 or 413).

@@ -145,7 +145,12 @@ public final class LoopbackServer: Sendable {
             data: data, contentType: contentType, headers: headers,
             etag: etag, lastModified: lastModified, cacheControl: cacheControl
         )
-        core.update { $0.routes[Self.normalize(path)] = route }
+        core.update { state in
+            var route = route
+            // Allowed methods outlive a change of content.
+            route.extraMethods = state.routes[Self.normalize(path)]?.extraMethods ?? []
+            state.routes[Self.normalize(path)] = route
+        }
     }
 
     /// Removes the route at `path`: later requests get a 404.
@@ -198,7 +203,8 @@ public final class LoopbackServer: Sendable {
 
     /// Answers `methods` (say `POST`) at `path` as it answers `GET`; other methods than those,
     /// `GET` and `HEAD` get `405 Method Not Allowed`. `recordedRequests` keeps each request's
-    /// body (at most 1 MiB; a larger one is answered with 413).
+    /// body (at most 4 MiB; a larger one is answered with 413). The methods stay allowed when
+    /// `serve` changes the content.
     public func allow(methods: Set<String>, for path: String) {
         core.updateRoute(path) { $0.extraMethods = methods }
     }

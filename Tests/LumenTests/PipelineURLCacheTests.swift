@@ -20,7 +20,7 @@ struct PipelineURLCacheTests {
         return (DataLoader(configuration: configuration), urlCache)
     }
 
-    @Test func theDefaultLoaderHasNoURLCache() {
+    @Test func dataLoaderHasNoURLCacheByDefault() {
         #expect(DataLoader().session.configuration.urlCache == nil)
         #expect(DataLoader.defaultConfiguration.urlCache == nil)
     }

@@ -63,7 +63,8 @@ extension CurlDataLoader {
             guard request.httpBodyStream == nil else {
                 throw URLError(.unsupportedURL, userInfo: [NSLocalizedDescriptionKey: "CurlDataLoader sends a request body from httpBody, not from a stream"])
             }
-            let body = request.httpBody
+            let upper = method.uppercased()
+            let body = upper == "GET" || upper == "HEAD" ? nil : request.httpBody
             var lines: [String] = []
             let fields = request.allHTTPHeaderFields ?? [:]
             for (name, value) in fields.sorted(by: { $0.key < $1.key }) {
@@ -73,7 +74,7 @@ extension CurlDataLoader {
                 // "Name;" sends an empty value ("Name:" would remove the header).
                 lines.append(value.isEmpty ? "\(name);" : "\(name): \(value)")
             }
-            if body != nil, !fields.keys.contains(where: { $0.caseInsensitiveCompare("Expect") == .orderedSame }) {
+            if body != nil || upper == "POST", !fields.keys.contains(where: { $0.caseInsensitiveCompare("Expect") == .orderedSame }) {
                 // No `Expect: 100-continue` (libcurl adds it to larger bodies, then waits up to
                 // a second for a `100` many servers never send): the body goes at once, as
                 // URLSession sends it.
@@ -133,27 +134,38 @@ extension CurlDataLoader {
             errorBuffer.deallocate()
         }
 
-        /// Sets the request's method and body on `easy`. GET and HEAD are libcurl's own;
-        /// POST is libcurl's, so that a `301`, `302` or `303` turns it into a GET as browsers
-        /// and URLSession do; any other method is sent as given (and kept across redirects but
-        /// a `303`'s). A body is copied into the handle and sent with its length.
+        /// Sets the request's method and body on `easy`.
+        ///
+        /// GET, HEAD and POST (in any case) are libcurl's own: GET and HEAD send no body (a
+        /// GET's `httpBody` is ignored, as URLSession refuses one); a POST sends its body, or
+        /// an empty one, and a `301`, `302` or `303` turns it into a GET as browsers and
+        /// URLSession do. Any other method is sent as given, with its body, to every location
+        /// it is redirected to. A body is copied into the handle and sent with its length.
         private static func setMethod(_ method: String, body: Data?, on easy: UnsafeMutableRawPointer) {
-            switch method {
-            case "GET": break
+            switch method.uppercased() {
+            case "GET":
+                return
             case "HEAD":
-                // No body either way: a HEAD request sends none.
                 _ = lumen_curl_easy_setopt_long(easy, CURLOPT_NOBODY, 1)
                 return
-            case "POST": _ = lumen_curl_easy_setopt_long(easy, CURLOPT_POST, 1)
-            default: _ = lumen_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)
-            }
-            guard let body else { return }
-            if method != "POST" {
-                // A body needs libcurl's POST machinery; the verb stays the request's.
-                _ = lumen_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)
+            case "POST":
+                // Always with fields: a POST without them would read its body from stdin.
                 _ = lumen_curl_easy_setopt_long(easy, CURLOPT_POST, 1)
+                setBody(body ?? Data(), on: easy)
+            default:
+                _ = lumen_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)
+                guard let body else { return }
+                // A body needs libcurl's POST machinery (the custom method stays the verb), and
+                // keeps the body on every redirect, as the verb is kept.
+                _ = lumen_curl_easy_setopt_long(easy, CURLOPT_POST, 1)
+                _ = lumen_curl_easy_setopt_long(easy, CURLOPT_POSTREDIR, Int(CURL_REDIR_POST_301 | CURL_REDIR_POST_302 | CURL_REDIR_POST_303))
+                setBody(body, on: easy)
             }
-            // The size first: then libcurl copies exactly that many bytes.
+        }
+
+        /// Copies `body` into `easy`, to be sent with its length.
+        private static func setBody(_ body: Data, on easy: UnsafeMutableRawPointer) {
+            // The size first: then libcurl copies exactly that many bytes, zeros included.
             _ = lumen_curl_easy_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count))
             if body.isEmpty {
                 _ = lumen_curl_easy_setopt_string(easy, CURLOPT_COPYPOSTFIELDS, "")

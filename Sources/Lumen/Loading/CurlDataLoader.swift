@@ -23,8 +23,9 @@ import FoundationNetworking
 ///
 /// - Threads: one thread per loader runs every transfer (libcurl's multi handle, at most 6
 ///   connections per host, kept alive between loads); it starts with the first `http` or
-///   `https` load and ends when the loader is deinitialised. Chunks are handed to `didReceive` on the calling task, in order. (No
-///   back-pressure: chunks wait in memory until `didReceive` takes them.)
+///   `https` load and ends when the loader is deinitialised. Chunks are handed to
+///   `didReceive` on the calling task, in order. (No back-pressure: chunks wait in memory
+///   until `didReceive` takes them.)
 /// - Cancellation: cancelling the Swift task that awaits `loadData(for:didReceive:)` stops
 ///   the transfer at once and the call throws `CancellationError`. If `didReceive` throws,
 ///   the transfer is stopped and that error is rethrown. Either way the call returns only
@@ -56,9 +57,11 @@ import FoundationNetworking
 /// - Local URLs: `file:` (when `allowsLocalFiles`) and `data:` are read as ``DataLoader``
 ///   reads them, without the network. Other schemes fail with `URLError(.unsupportedURL)`.
 ///
-/// - Methods and bodies: the request's method is sent as given; `httpBody` is sent with its
-///   length (a `301`, `302` or `303` turns a POST into a GET, as URLSession does).
-///   `httpBodyStream` is not read: such a request fails with `URLError(.unsupportedURL)`.
+/// - Methods and bodies: the request's method is sent as given, and `httpBody` with its
+///   length (a GET's or HEAD's body is ignored; a POST without one sends an empty body). A
+///   `301`, `302` or `303` turns a POST into a GET, as URLSession does; any other method is
+///   sent again, with its body, to every location it is redirected to. `httpBodyStream` is
+///   not read: such a request fails with `URLError(.unsupportedURL)`.
 ///
 /// What it does not do: no `URLCache` (Lumen's `DataCache` caches original bytes and
 /// revalidates them), no cookie storage and no credential store (a request carries its own
