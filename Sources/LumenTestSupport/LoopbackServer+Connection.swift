@@ -38,7 +38,8 @@ extension LoopbackServer {
         // MARK: Reading
 
         /// Reads up to the blank line ending a request head; nil when the client closed the
-        /// connection, the socket failed, or the head is too large (answered with 400).
+        /// connection, the socket failed, or the head is too large or does not start like one
+        /// (answered with 400).
         private mutating func readHead() -> [UInt8]? {
             var searchFrom = 0
             while true {
@@ -48,7 +49,9 @@ extension LoopbackServer {
                     return head
                 }
                 searchFrom = max(0, buffer.count - 3)
-                if buffer.count > Self.maximumHeadSize {
+                // Not HTTP at all (a TLS ClientHello starts with 0x16): answered at once, as
+                // real servers do, instead of waiting for a blank line that never comes.
+                if let first = buffer.first, !(UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(first) || buffer.count > Self.maximumHeadSize {
                     core.update { $0.stats.badRequests += 1 }
                     _ = sendSimple(status: 400, keepAlive: false)
                     return nil

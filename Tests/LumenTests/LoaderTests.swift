@@ -425,6 +425,19 @@ struct LoaderTests {
         #expect(description.contains("URL error \(code.rawValue), \(name)"), "\(description)")
     }
 
+    /// An `https` URL whose server does not speak TLS (the plain loopback server answers the
+    /// ClientHello with a 400): a failed secure connection, from either loader.
+    @Test(arguments: LoaderKind.available)
+    func aServerThatDoesNotSpeakTLSIsASecureConnectionFailure(kind: LoaderKind) async throws {
+        let loader = kind.make()
+        server.serve(path: "/s", data: Data("plain".utf8))
+        let url = try #require(URL(string: "https://127.0.0.1:\(server.port)/s"))
+        let error = await #expect(throws: URLError.self) {
+            try await loader.loadData(for: URLRequest(url: url)) { _, _ in }
+        }
+        #expect(error?.code == .secureConnectionFailed, "\(String(describing: error)) \(String(describing: error?.userInfo))")
+    }
+
     /// A body declared gzip that is not: libcurl cannot undo the encoding, and that is what
     /// the error says — not "incomplete body" (the wire length is not the decoded length).
     @Test func undecodableContentEncodingIsNotCalledAnIncompleteBody() async throws {

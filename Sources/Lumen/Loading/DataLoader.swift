@@ -26,7 +26,9 @@ import FoundationNetworking
 ///   `validate:` to change this. Interim `1xx` responses (`103 Early Hints`) are skipped.
 /// - Errors: transport failures are rethrown as `URLError`; a body cut short of its
 ///   `Content-Length` (the connection closed early) throws `.incompleteBody`, and a body of
-///   unknown length (chunked) cut short `URLError(.networkConnectionLost)`; local URLs throw `.fileNotFound`,
+///   unknown length (chunked) cut short `URLError(.networkConnectionLost)`; a failed TLS
+///   handshake, which FoundationNetworking reports as an unknown error, throws
+///   `URLError(.secureConnectionFailed)`; local URLs throw `.fileNotFound`,
 ///   `.fileUnreadable` or `.invalidDataURL`.
 /// - Timeouts: `timeoutIntervalForRequest` (or a request's own `timeoutInterval`, when it is
 ///   not the default 60 s) bounds each wait for bytes; `timeoutIntervalForResource` bounds the
@@ -344,6 +346,11 @@ public final class DataLoader: DataLoading, Sendable {
                declared < 0 && !Self.isContentEncoded(response) || Self.isContentEncoded(response) && Self.saysTransferClosed(error) {
                 throw URLError(.networkConnectionLost, userInfo: error.userInfo)
             }
+            // A failed TLS handshake (a server that does not speak TLS, say) is an unknown
+            // error from FoundationNetworking, named only in libcurl's message.
+            if error.code == .unknown, response == nil, Self.saysTLSFailed(error) {
+                throw URLError(.secureConnectionFailed, userInfo: error.userInfo)
+            }
             throw error
         }
         // The stream ends without `.completed` or an error only when this task is cancelled.
@@ -384,6 +391,14 @@ public final class DataLoader: DataLoading, Sendable {
     private static func saysTransferClosed(_ error: URLError) -> Bool {
         let message = (error.userInfo[NSLocalizedDescriptionKey] as? String) ?? ""
         return message.contains("transfer closed with")
+    }
+
+    /// Whether libcurl's message in `error` comes from the TLS library ("OpenSSL/3.0.2:
+    /// error:0A00010B:SSL routines::wrong version number", "OpenSSL SSL_connect: …", "GnuTLS,
+    /// handshake failed: …").
+    private static func saysTLSFailed(_ error: URLError) -> Bool {
+        let message = (error.userInfo[NSLocalizedDescriptionKey] as? String) ?? ""
+        return message.contains("SSL") || message.contains("TLS")
     }
 
     /// Whether the body was sent content-encoded (gzip, …), so that its length on the wire is
