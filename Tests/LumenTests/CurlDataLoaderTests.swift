@@ -1,4 +1,5 @@
 #if os(Linux)
+import CCurl
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -74,6 +75,20 @@ struct CurlDataLoaderTests {
         let stream = await #expect(throws: URLError.self) { try await loader.loadData(for: request) { _, _ in } }
         #expect(stream?.code == .unsupportedURL)
         #expect(server.requestCount(for: "/h") == 2)
+    }
+
+    /// A `User-Agent` goes with every request (libcurl sends none of its own, and some servers
+    /// refuse a request without one); the request's own wins, and a loader can send none.
+    @Test func aUserAgentIsSentUnlessTheRequestHasOne() async throws {
+        server.serve(path: "/ua", data: Data("12345".utf8))
+        var request = URLRequest(url: server.url(for: "/ua"))
+        _ = try await loader.loadData(for: request) { _, _ in }
+        request.setValue("Thumbnailer/2.0", forHTTPHeaderField: "User-Agent")
+        _ = try await loader.loadData(for: request) { _, _ in }
+        _ = try await CurlDataLoader(userAgent: nil).loadData(for: URLRequest(url: server.url(for: "/ua"))) { _, _ in }
+        let agents = server.recordedRequests(for: "/ua").map { $0.header("User-Agent") }
+        #expect(agents == [CurlDataLoader.defaultUserAgent, "Thumbnailer/2.0", nil])
+        #expect(CurlDataLoader.defaultUserAgent.hasSuffix(" Lumen libcurl/" + String(cString: curl_version_info(CURLVERSION_FIRST)!.pointee.version)))
     }
 
     /// A body libcurl would send with `Expect: 100-continue` (over 1 MiB in this libcurl, over

@@ -9,11 +9,12 @@ import FoundationNetworking
 /// One transfer: an easy handle set up from a `URLRequest`, its callbacks, and how its end
 /// becomes an error.
 extension CurlDataLoader {
-    /// The limits a transfer gets from its loader.
-    struct Limits {
+    /// What a transfer gets from its loader: limits, and the `User-Agent` sent by default.
+    struct Settings {
         var requestTimeout: TimeInterval
         var resourceTimeout: TimeInterval
         var maximumRedirects: Int
+        var userAgent: String?
     }
 
     /// An easy handle and what its callbacks collect. Created on the caller's thread, then
@@ -52,7 +53,7 @@ extension CurlDataLoader {
         ///   `URLError(.badURL)` for a method that is not a token or a header field with a
         ///   line break.
         init(
-            identifier: Int, request: URLRequest, limits: Limits, validator: @escaping DataLoader.Validator,
+            identifier: Int, request: URLRequest, settings: Settings, validator: @escaping DataLoader.Validator,
             continuation: AsyncThrowingStream<TransferEvent, any Error>.Continuation
         ) throws {
             // Methods are case-sensitive (RFC 9110 §9.1); URLSession sends them as given too.
@@ -86,7 +87,7 @@ extension CurlDataLoader {
             self.easy = easy
             self.continuation = continuation
             self.validator = validator
-            let wait = request.timeoutInterval != 60 ? request.timeoutInterval : limits.requestTimeout
+            let wait = request.timeoutInterval != 60 ? request.timeoutInterval : settings.requestTimeout
             idleLimit = wait
             idleLimitNanoseconds = wait > 0 && wait.isFinite ? UInt64((wait * 1e9).rounded(.up)) : nil
             errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
@@ -97,9 +98,11 @@ extension CurlDataLoader {
             _ = lumen_curl_easy_setopt_string(easy, CURLOPT_URL, request.url?.absoluteString ?? "")
             Self.setMethod(method, body: body, on: easy)
             if let headerList { _ = lumen_curl_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, headerList) }
+            // Sent unless the request has its own `User-Agent` field (libcurl lets that win).
+            if let userAgent = settings.userAgent { _ = lumen_curl_easy_setopt_string(easy, CURLOPT_USERAGENT, userAgent) }
             _ = lumen_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
             _ = lumen_curl_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
-            _ = lumen_curl_easy_setopt_long(easy, CURLOPT_MAXREDIRS, limits.maximumRedirects)
+            _ = lumen_curl_easy_setopt_long(easy, CURLOPT_MAXREDIRS, settings.maximumRedirects)
             _ = lumen_curl_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
             _ = lumen_curl_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
             // "": every encoding this libcurl can undo (gzip, deflate, br), decoded for us.
@@ -109,7 +112,7 @@ extension CurlDataLoader {
             if let milliseconds = Self.milliseconds(wait) {
                 _ = lumen_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, milliseconds)
             }
-            if let milliseconds = Self.milliseconds(limits.resourceTimeout) {
+            if let milliseconds = Self.milliseconds(settings.resourceTimeout) {
                 _ = lumen_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, milliseconds)
             }
             _ = lumen_curl_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer)

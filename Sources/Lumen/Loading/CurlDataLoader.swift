@@ -1,4 +1,5 @@
 #if canImport(CCurl) && canImport(CLumenCurl)
+import CCurl
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -73,7 +74,7 @@ import FoundationNetworking
 public final class CurlDataLoader: DataLoading, Sendable {
     private let engine: Engine
     private let validator: DataLoader.Validator
-    private let limits: Limits
+    private let settings: Settings
 
     /// Whether `file:` URLs are read. A server that loads URLs its clients supply should turn
     /// this off, so that a request can never read the server's own files.
@@ -81,10 +82,10 @@ public final class CurlDataLoader: DataLoading, Sendable {
 
     /// The longest wait for the next byte of a load, in seconds (a request's own
     /// `timeoutInterval` wins when it is not the default 60 s).
-    public var requestTimeout: TimeInterval { limits.requestTimeout }
+    public var requestTimeout: TimeInterval { settings.requestTimeout }
 
     /// The longest a whole load may take, redirects included, in seconds.
-    public var resourceTimeout: TimeInterval { limits.resourceTimeout }
+    public var resourceTimeout: TimeInterval { settings.resourceTimeout }
 
     /// The most connections open to one host at a time; further loads wait for one.
     public let maximumConnectionsPerHost: Int
@@ -94,6 +95,22 @@ public final class CurlDataLoader: DataLoading, Sendable {
 
     /// The most redirects one load follows.
     public static let maximumRedirects = 20
+
+    /// The `User-Agent` sent with a request that has none of its own.
+    public var userAgent: String? { settings.userAgent }
+
+    /// The default of ``userAgent``: the program's name, then `Lumen` and libcurl's version
+    /// (`"thumbnailer Lumen libcurl/7.88.1"`), as `URLSession` names the program and libcurl.
+    /// Some servers refuse a request without a `User-Agent`.
+    public static let defaultUserAgent: String = {
+        // A product token: no spaces, separators or control characters.
+        let name = String(ProcessInfo.processInfo.processName.unicodeScalars.map { scalar -> Character in
+            scalar.isASCII && scalar.properties.isAlphabetic || ("0"..."9").contains(scalar) || "-._".unicodeScalars.contains(scalar)
+                ? Character(scalar) : "_"
+        })
+        let version = curl_version_info(CURLVERSION_FIRST).map { String(cString: $0.pointee.version) } ?? "unknown"
+        return (name.isEmpty ? "" : name + " ") + "Lumen libcurl/" + version
+    }()
 
     /// Creates a loader; its thread starts with the first `http` or `https` load.
     /// - Parameters:
@@ -105,6 +122,8 @@ public final class CurlDataLoader: DataLoading, Sendable {
     ///     (default 6); loads beyond it wait for a connection.
     ///   - allowsLocalFiles: whether `file:` URLs are read (default `true`); with `false` they
     ///     fail with ``DataLoader/Error/localFileAccessDenied(_:)``.
+    ///   - userAgent: the `User-Agent` sent with a request that has none of its own (default
+    ///     ``defaultUserAgent``); nil sends none.
     ///   - validate: called with each final HTTP response head; the default is
     ///     ``DataLoader/validate(_:_:)``.
     public init(
@@ -112,14 +131,17 @@ public final class CurlDataLoader: DataLoading, Sendable {
         resourceTimeout: TimeInterval = 600,
         maximumConnectionsPerHost: Int = CurlDataLoader.defaultMaximumConnectionsPerHost,
         allowsLocalFiles: Bool = true,
+        userAgent: String? = CurlDataLoader.defaultUserAgent,
         validate: @escaping DataLoader.Validator = DataLoader.validate
     ) {
-        self.limits = Limits(
-            requestTimeout: requestTimeout, resourceTimeout: resourceTimeout, maximumRedirects: Self.maximumRedirects
+        self.settings = Settings(
+            requestTimeout: requestTimeout, resourceTimeout: resourceTimeout, maximumRedirects: Self.maximumRedirects,
+            userAgent: userAgent
         )
         self.allowsLocalFiles = allowsLocalFiles
         self.validator = validate
         precondition(maximumConnectionsPerHost > 0, "CurlDataLoader: maximumConnectionsPerHost must be positive")
+        precondition(!(userAgent ?? "").contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }), "CurlDataLoader: the user agent must be one line")
         self.maximumConnectionsPerHost = maximumConnectionsPerHost
         self.engine = Engine(maximumConnectionsPerHost: maximumConnectionsPerHost)
     }
@@ -160,7 +182,7 @@ public final class CurlDataLoader: DataLoading, Sendable {
         let (events, continuation) = AsyncThrowingStream.makeStream(of: TransferEvent.self)
         let identifier = engine.makeIdentifier()
         let transfer = try Transfer(
-            identifier: identifier, request: request, limits: limits, validator: validator, continuation: continuation
+            identifier: identifier, request: request, settings: settings, validator: validator, continuation: continuation
         )
         engine.add(transfer)
         // Runs when this task is cancelled while waiting for an event, when `didReceive`
