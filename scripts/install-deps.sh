@@ -13,6 +13,7 @@ packages=(
     liblcms2-dev        # lcms2: ICC profile conversion to sRGB
     libssl-dev          # OpenSSL libcrypto: SHA-256 names for disk-cache entries
     libcurl4-openssl-dev # libcurl: CurlDataLoader, HTTP through libcurl's multi interface
+    ca-certificates     # the CA store libcurl verifies https servers against (only recommended by libcurl)
 )
 if [ "${LUMEN_HEIF:-0}" = "1" ]; then
     packages+=(libheif-dev)
