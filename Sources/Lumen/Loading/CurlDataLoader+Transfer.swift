@@ -116,6 +116,7 @@ extension CurlDataLoader {
                 _ = lumen_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, milliseconds)
             }
             _ = lumen_curl_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer)
+            _ = lumen_curl_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, Self.receiveBufferSize)
             _ = lumen_curl_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, user)
             _ = lumen_curl_easy_setopt_write_callback(easy, CURLOPT_HEADERFUNCTION) { bytes, size, count, user in
                 let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
@@ -188,6 +189,12 @@ extension CurlDataLoader {
                 "!#$%&'*+-.^_`|~".utf8.contains(byte)
             }
         }
+
+        /// libcurl's receive buffer per transfer, the most a write callback gets at once: 128 KiB
+        /// instead of libcurl's 16 KiB, so that a photo of a few MB arrives in tens of chunks
+        /// (each a callback, a `Data` and a hop to the loading task), not hundreds. In `lumen
+        /// bench feed` this took about a tenth off Lumen's CPU time.
+        static let receiveBufferSize = 128 * 1024
 
         /// Whole milliseconds for libcurl, at least 1; nil for no limit.
         private static func milliseconds(_ seconds: TimeInterval) -> Int? {
