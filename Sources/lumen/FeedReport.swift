@@ -106,12 +106,18 @@ struct FeedReport {
 
     /// The claims that must hold for the demo to pass; each failure is a message.
     var violations: [String] {
+        [(FeedVariant.lumen, lumen), (.noCoalescing, noCoalescing), (.naive, naive)].flatMap { Self.violations(of: $0.1, variant: $0.0) }
+    }
+
+    /// What must hold for one replay of `variant`: no visible load failed, and Lumen with its
+    /// defaults downloaded each distinct URL once.
+    static func violations(of run: FeedRunStats, variant: FeedVariant) -> [String] {
         var found: [String] = []
-        for (name, run) in [("lumen", lumen), ("noCoalescing", noCoalescing), ("naive", naive)] where !run.failures.isEmpty {
-            found.append("\(name): \(run.failures.count) visible loads failed, first: \(run.failures[0])")
+        if !run.failures.isEmpty {
+            found.append("\(variant.rawValue): \(run.failures.count) visible loads failed, first: \(run.failures[0])")
         }
-        if lumen.networkRequests != lumen.distinctURLs {
-            found.append("lumen made \(lumen.networkRequests) network requests for \(lumen.distinctURLs) distinct URLs (a URL was downloaded \(lumen.maxRequestsPerURL) times)")
+        if variant == .lumen, run.networkRequests != run.distinctURLs {
+            found.append("lumen made \(run.networkRequests) network requests for \(run.distinctURLs) distinct URLs (a URL was downloaded \(run.maxRequestsPerURL) times)")
         }
         return found
     }

@@ -65,9 +65,9 @@ extension CLIContractTests {
             #expect(outcome.standardError.contains("usage: lumen bench"), "\(arguments): \(outcome.standardError)")
         }
 
-        /// `lumen demo`'s options (`--quick`, `--seed N`, `--json`, `--output DIR`): anything
-        /// else, or a malformed value, is a usage error.
-        @Test(arguments: [["--seed", "x"], ["--seed"], ["--output"], ["--bogus"], ["extra"]])
+        /// `lumen demo`'s options (`--quick`, `--seed N`, `--rounds N` (1–20), `--json`,
+        /// `--output DIR`): anything else, or a malformed value, is a usage error.
+        @Test(arguments: [["--seed", "x"], ["--seed"], ["--output"], ["--bogus"], ["extra"], ["--rounds", "0"], ["--rounds", "x"], ["--rounds", "21"]])
         func demoUsageErrorsExitTwo(arguments: [String]) async throws {
             let outcome = try await CLIContractTests.run(["demo"] + arguments)
             #expect(outcome.status == 2, "\(arguments): \(outcome.standardOutput)")
