@@ -45,6 +45,9 @@ let package = Package(
         .target(name: "CLumenShim", dependencies: ["CTurboJPEG", "CSpng", "CWebP", "CGif", "CLcms2", "CIsal"]),
         // Typed wrappers for libcurl's variadic setters and getters (CurlDataLoader, Linux).
         .target(name: "CLumenCurl", dependencies: ["CCurl"]),
+        // A TLS front for the loopback test server, for the loaders' https tests (Lumen's own
+        // tests only, Linux): OpenSSL's libssl from `libssl-dev`.
+        .target(name: "CLumenTLSProxy", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         // The Linux imaging engine: the only Swift target that imports the C libraries.
         .target(name: "LumenImaging", dependencies: imagingDependencies, swiftSettings: imagingSettings),
         // The pipeline: work graph, caches, loading, prefetching.
@@ -61,6 +64,9 @@ let package = Package(
         // A second process for the disk cache's cross-process tests.
         .executableTarget(name: "lumen-cache-probe", dependencies: ["Lumen", "LumenTestSupport"]),
         .testTarget(name: "LumenImagingTests", dependencies: ["LumenImaging"], swiftSettings: imagingSettings),
-        .testTarget(name: "LumenTests", dependencies: ["Lumen", "LumenTestSupport", "lumen-cache-probe", "lumen"]),
+        .testTarget(name: "LumenTests", dependencies: [
+            "Lumen", "LumenTestSupport", "lumen-cache-probe", "lumen",
+            .target(name: "CLumenTLSProxy", condition: .when(platforms: [.linux])),
+        ]),
     ] + extraTargets
 )

@@ -91,6 +91,46 @@ struct CurlDataLoaderTests {
         #expect(CurlDataLoader.defaultUserAgent.hasSuffix(" Lumen libcurl/" + String(cString: curl_version_info(CURLVERSION_FIRST)!.pointee.version)))
     }
 
+    // MARK: https
+
+    /// Over TLS: a server whose certificate the trusted authorities vouch for loads (the
+    /// body whole, the response's URL https); one they do not is
+    /// `URLError(.serverCertificateUntrusted)` after a refused handshake, and not retried
+    /// as if the network had failed.
+    @Test func httpsLoadsWithATrustedCertificateAndFailsWithAnUntrustedOne() async throws {
+        let body = LoaderTests.bytes(count: 400_000, seed: 31)
+        server.serve(path: "/secure.jpg", data: body, contentType: "image/jpeg")
+        let tls = try TLSProxy(forwardingTo: server)
+        let url = tls.url(for: "/secure.jpg")
+
+        let trusting = CurlDataLoader(trustedCertificates: tls.certificateFile)
+        #expect(trusting.trustedCertificates == tls.certificateFile)
+        let sink = ChunkSink()
+        let response = try await trusting.loadData(for: URLRequest(url: url), didReceive: sink.append)
+        #expect(sink.data == body)
+        #expect(response.url == url)
+        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        #expect(server.requestCount(for: "/secure.jpg") == 1)
+
+        let error = await #expect(throws: URLError.self) {
+            try await loader.loadData(for: URLRequest(url: url)) { _, _ in }
+        }
+        #expect(error?.code == .serverCertificateUntrusted, "\(String(describing: error))")
+        #expect(!ImagePipeline.RetryPolicy.isTransient(.dataLoadingFailed(try #require(error))))
+        #expect(tls.failedHandshakes == 1)
+        #expect(server.requestCount(for: "/secure.jpg") == 1, "nothing reached the server")
+    }
+
+    /// A pipeline over https: its default decoder gets the bytes through TLS.
+    @Test func aPipelineLoadsAnImageOverHTTPS() async throws {
+        let png = try #require(Data(base64Encoded: "iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEElEQVR4nGP4z8AARAwQCgAf7gP9i18U1AAAAABJRU5ErkJggg=="))
+        server.serve(path: "/tiny.png", data: png, contentType: "image/png")
+        let tls = try TLSProxy(forwardingTo: server)
+        let pipeline = ImagePipeline(configuration: .init(dataLoader: CurlDataLoader(trustedCertificates: tls.certificateFile)))
+        let image = try await pipeline.image(for: ImageRequest(url: tls.url(for: "/tiny.png"))).image
+        #expect(image.width == 2 && image.height == 2)
+    }
+
     /// A body libcurl would send with `Expect: 100-continue` (over 1 MiB in this libcurl, over
     /// 1 KiB in older ones) goes at once: the loopback server never sends `100 Continue`, so a
     /// load that waited for one would still succeed, a second later; the header shows it.

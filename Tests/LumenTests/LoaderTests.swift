@@ -438,6 +438,23 @@ struct LoaderTests {
         #expect(error?.code == .secureConnectionFailed, "\(String(describing: error)) \(String(describing: error?.userInfo))")
     }
 
+    #if os(Linux)
+    /// An `https` server whose certificate the system's store does not vouch for (a
+    /// self-signed one, through the test TLS proxy): `URLError(.serverCertificateUntrusted)`
+    /// from either loader, and nothing reaches the server.
+    @Test(arguments: LoaderKind.available)
+    func anUntrustedCertificateIsServerCertificateUntrusted(kind: LoaderKind) async throws {
+        let loader = kind.make()
+        server.serve(path: "/s", data: Data("secret".utf8))
+        let tls = try TLSProxy(forwardingTo: server)
+        let error = await #expect(throws: URLError.self) {
+            try await loader.loadData(for: URLRequest(url: tls.url(for: "/s"))) { _, _ in }
+        }
+        #expect(error?.code == .serverCertificateUntrusted, "\(String(describing: error)) \(String(describing: error?.userInfo))")
+        #expect(server.requestCount(for: "/s") == 0)
+    }
+    #endif
+
     /// A body declared gzip that is not: libcurl cannot undo the encoding, and that is what
     /// the error says — not "incomplete body" (the wire length is not the decoded length).
     @Test func undecodableContentEncodingIsNotCalledAnIncompleteBody() async throws {

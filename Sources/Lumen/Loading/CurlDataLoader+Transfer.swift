@@ -15,6 +15,7 @@ extension CurlDataLoader {
         var resourceTimeout: TimeInterval
         var maximumRedirects: Int
         var userAgent: String?
+        var trustedCertificates: URL?
     }
 
     /// An easy handle and what its callbacks collect. Created on the caller's thread, then
@@ -100,6 +101,10 @@ extension CurlDataLoader {
             if let headerList { _ = lumen_curl_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, headerList) }
             // Sent unless the request has its own `User-Agent` field (libcurl lets that win).
             if let userAgent = settings.userAgent { _ = lumen_curl_easy_setopt_string(easy, CURLOPT_USERAGENT, userAgent) }
+            if let file = settings.trustedCertificates {
+                // In place of the system's CA store (libcurl's default).
+                _ = lumen_curl_easy_setopt_string(easy, CURLOPT_CAINFO, file.path)
+            }
             _ = lumen_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
             _ = lumen_curl_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
             _ = lumen_curl_easy_setopt_long(easy, CURLOPT_MAXREDIRS, settings.maximumRedirects)

@@ -67,9 +67,10 @@ import FoundationNetworking
 /// What it does not do: no `URLCache` (Lumen's `DataCache` caches original bytes and
 /// revalidates them), no cookie storage and no credential store (a request carries its own
 /// `Cookie` or `Authorization` header, sent as given; a user and password in the URL are sent
-/// as Basic authentication, to that host only), and no proxy or TLS settings of its own:
-/// libcurl's defaults apply (the `http_proxy`/`https_proxy` environment variables, the
-/// system's CA store). It is the default loader on Linux (see
+/// as Basic authentication, to that host only), and no proxy settings or client certificates:
+/// libcurl's defaults apply (the `http_proxy`/`https_proxy` environment variables). Servers
+/// are checked against the system's CA store, or the certificates given as
+/// `trustedCertificates`. It is the default loader on Linux (see
 /// ``ImagePipeline/Configuration/makeDefaultDataLoader()``).
 public final class CurlDataLoader: DataLoading, Sendable {
     private let engine: Engine
@@ -99,6 +100,10 @@ public final class CurlDataLoader: DataLoading, Sendable {
     /// The `User-Agent` sent with a request that has none of its own.
     public var userAgent: String? { settings.userAgent }
 
+    /// A PEM file of the certificate authorities `https` servers are checked against, in place
+    /// of the system's store; nil for the system's.
+    public var trustedCertificates: URL? { settings.trustedCertificates }
+
     /// The default of ``userAgent``: the program's name, then `Lumen` and libcurl's version
     /// (`"thumbnailer Lumen libcurl/7.88.1"`), as `URLSession` names the program and libcurl.
     /// Some servers refuse a request without a `User-Agent`.
@@ -124,6 +129,10 @@ public final class CurlDataLoader: DataLoading, Sendable {
     ///     fail with ``DataLoader/Error/localFileAccessDenied(_:)``.
     ///   - userAgent: the `User-Agent` sent with a request that has none of its own (default
     ///     ``defaultUserAgent``); nil sends none.
+    ///   - trustedCertificates: a PEM file of the certificate authorities to check `https`
+    ///     servers against in place of the system's store (a private CA, say); nil (the
+    ///     default) for the system's. A server whose certificate they do not vouch for fails
+    ///     with `URLError(.serverCertificateUntrusted)`.
     ///   - validate: called with each final HTTP response head; the default is
     ///     ``DataLoader/validate(_:_:)``.
     public init(
@@ -132,11 +141,12 @@ public final class CurlDataLoader: DataLoading, Sendable {
         maximumConnectionsPerHost: Int = CurlDataLoader.defaultMaximumConnectionsPerHost,
         allowsLocalFiles: Bool = true,
         userAgent: String? = CurlDataLoader.defaultUserAgent,
+        trustedCertificates: URL? = nil,
         validate: @escaping DataLoader.Validator = DataLoader.validate
     ) {
         self.settings = Settings(
             requestTimeout: requestTimeout, resourceTimeout: resourceTimeout, maximumRedirects: Self.maximumRedirects,
-            userAgent: userAgent
+            userAgent: userAgent, trustedCertificates: trustedCertificates
         )
         self.allowsLocalFiles = allowsLocalFiles
         self.validator = validate

@@ -28,7 +28,8 @@ import FoundationNetworking
 ///   `Content-Length` (the connection closed early) throws `.incompleteBody`, and a body of
 ///   unknown length (chunked) cut short `URLError(.networkConnectionLost)`; a failed TLS
 ///   handshake, which FoundationNetworking reports as an unknown error, throws
-///   `URLError(.secureConnectionFailed)`; local URLs throw `.fileNotFound`,
+///   `URLError(.serverCertificateUntrusted)` for the server's certificate and
+///   `URLError(.secureConnectionFailed)` otherwise; local URLs throw `.fileNotFound`,
 ///   `.fileUnreadable` or `.invalidDataURL`.
 /// - Timeouts: `timeoutIntervalForRequest` (or a request's own `timeoutInterval`, when it is
 ///   not the default 60 s) bounds each wait for bytes; `timeoutIntervalForResource` bounds the
@@ -346,10 +347,11 @@ public final class DataLoader: DataLoading, Sendable {
                declared < 0 && !Self.isContentEncoded(response) || Self.isContentEncoded(response) && Self.saysTransferClosed(error) {
                 throw URLError(.networkConnectionLost, userInfo: error.userInfo)
             }
-            // A failed TLS handshake (a server that does not speak TLS, say) is an unknown
-            // error from FoundationNetworking, named only in libcurl's message.
-            if error.code == .unknown, response == nil, Self.saysTLSFailed(error) {
-                throw URLError(.secureConnectionFailed, userInfo: error.userInfo)
+            // A failed TLS handshake is an unknown error from FoundationNetworking, named only
+            // in libcurl's message: a certificate the trusted authorities do not vouch for, or
+            // another failure (a server that does not speak TLS, say).
+            if error.code == .unknown, response == nil, let code = Self.tlsFailure(error) {
+                throw URLError(code, userInfo: error.userInfo)
             }
             throw error
         }
@@ -393,12 +395,18 @@ public final class DataLoader: DataLoading, Sendable {
         return message.contains("transfer closed with")
     }
 
-    /// Whether libcurl's message in `error` comes from the TLS library ("OpenSSL/3.0.2:
-    /// error:0A00010B:SSL routines::wrong version number", "OpenSSL SSL_connect: …", "GnuTLS,
-    /// handshake failed: …").
-    private static func saysTLSFailed(_ error: URLError) -> Bool {
+    /// What libcurl's message in `error` says of a failed TLS handshake:
+    /// `.serverCertificateUntrusted` for the server's certificate ("SSL certificate problem:
+    /// self-signed certificate", "SSL: no alternative certificate subject name matches target
+    /// host name"), `.secureConnectionFailed` for another message from the TLS library
+    /// ("OpenSSL/3.0.2: error:0A00010B:SSL routines::wrong version number"); nil otherwise.
+    private static func tlsFailure(_ error: URLError) -> URLError.Code? {
         let message = (error.userInfo[NSLocalizedDescriptionKey] as? String) ?? ""
-        return message.contains("SSL") || message.contains("TLS")
+        if message.contains("SSL certificate problem") || message.contains("certificate subject name")
+            || message.contains("does not match target host name") {
+            return .serverCertificateUntrusted
+        }
+        return message.contains("SSL") || message.contains("TLS") ? .secureConnectionFailed : nil
     }
 
     /// Whether the body was sent content-encoded (gzip, …), so that its length on the wire is
