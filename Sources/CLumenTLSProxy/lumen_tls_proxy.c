@@ -16,7 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
+#include <sched.h>
 
 enum { MAX_CONNECTIONS = 64 };
 
@@ -26,11 +28,13 @@ struct lumen_tls_proxy {
     uint16_t port;
     uint16_t backend_port;
     pthread_t acceptor;
+    int acceptor_started;
     pthread_mutex_t lock;
     pthread_cond_t changed;
     int stopping;
     int live;                       // connection threads running
     int clients[MAX_CONNECTIONS];   // their client sockets (-1: free slot)
+    int backends[MAX_CONNECTIONS];  // their sockets to the backend (-1: none yet)
     long connections;
     long failed_handshakes;
 };
@@ -113,7 +117,13 @@ static void *serve(void *argument) {
         backend = socket(AF_INET, SOCK_STREAM, 0);
         struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons(proxy->backend_port)};
         address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (backend >= 0 && connect(backend, (struct sockaddr *)&address, sizeof address) == 0) {
+        // Registered so that stop can wake a relay blocked writing to a backend that does not
+        // read; refused once stopping (stop has already woken the others).
+        pthread_mutex_lock(&proxy->lock);
+        int admitted = backend >= 0 && !proxy->stopping;
+        if (admitted) proxy->backends[connection->slot] = backend;
+        pthread_mutex_unlock(&proxy->lock);
+        if (admitted && connect(backend, (struct sockaddr *)&address, sizeof address) == 0) {
             char buffer[16384];
             for (;;) {
                 if (SSL_pending(ssl) == 0) {
@@ -138,12 +148,14 @@ static void *serve(void *argument) {
     } else {
         pthread_mutex_lock(&proxy->lock);
         proxy->failed_handshakes += 1;
+        pthread_cond_broadcast(&proxy->changed);
         pthread_mutex_unlock(&proxy->lock);
     }
     if (ssl) SSL_free(ssl);
-    if (backend >= 0) close(backend);
 
     pthread_mutex_lock(&proxy->lock);
+    if (backend >= 0) close(backend);
+    proxy->backends[connection->slot] = -1;
     close(connection->client);
     proxy->clients[connection->slot] = -1;
     proxy->live -= 1;
@@ -158,12 +170,16 @@ static void *accept_loop(void *argument) {
     for (;;) {
         int client = accept(proxy->listener, NULL, NULL);
         if (client < 0) {
-            if (errno == EINTR || errno == ECONNABORTED) continue;
-            return NULL;  // the listener was shut down
+            pthread_mutex_lock(&proxy->lock);
+            int stopping = proxy->stopping;
+            pthread_mutex_unlock(&proxy->lock);
+            if (stopping) return NULL;  // stop shut the listener down
+            if (errno != EINTR && errno != ECONNABORTED) sched_yield();  // out of descriptors, say: try again
+            continue;
         }
         pthread_mutex_lock(&proxy->lock);
         int slot = -1;
-        for (int i = 0; i < MAX_CONNECTIONS && !proxy->stopping; i++) {
+        for (int i = 0; i < MAX_CONNECTIONS; i++) {
             if (proxy->clients[i] < 0) { slot = i; break; }
         }
         struct connection *connection = slot >= 0 ? malloc(sizeof *connection) : NULL;
@@ -193,7 +209,7 @@ lumen_tls_proxy *lumen_tls_proxy_start(uint16_t backend_port, const char *certif
     if (!proxy) return NULL;
     proxy->backend_port = backend_port;
     proxy->listener = -1;
-    for (int i = 0; i < MAX_CONNECTIONS; i++) proxy->clients[i] = -1;
+    for (int i = 0; i < MAX_CONNECTIONS; i++) proxy->clients[i] = proxy->backends[i] = -1;
     pthread_mutex_init(&proxy->lock, NULL);
     pthread_cond_init(&proxy->changed, NULL);
 
@@ -220,18 +236,17 @@ lumen_tls_proxy *lumen_tls_proxy_start(uint16_t backend_port, const char *certif
     if (proxy->listener < 0 || bind(proxy->listener, (struct sockaddr *)&address, sizeof address) != 0
         || listen(proxy->listener, 64) != 0
         || getsockname(proxy->listener, (struct sockaddr *)&address, &length) != 0) {
-        snprintf(error, error_size, "cannot listen on 127.0.0.1: %s", strerror(errno));
+        if (error && error_size > 0) snprintf(error, error_size, "cannot listen on 127.0.0.1: %s", strerror(errno));
         lumen_tls_proxy_stop(proxy);
         return NULL;
     }
     proxy->port = ntohs(address.sin_port);
     if (pthread_create(&proxy->acceptor, NULL, accept_loop, proxy) != 0) {
-        snprintf(error, error_size, "cannot start the accepting thread");
-        close(proxy->listener);
-        proxy->listener = -1;
+        if (error && error_size > 0) snprintf(error, error_size, "cannot start the accepting thread");
         lumen_tls_proxy_stop(proxy);
         return NULL;
     }
+    proxy->acceptor_started = 1;
     return proxy;
 }
 
@@ -244,25 +259,40 @@ long lumen_tls_proxy_connections(lumen_tls_proxy *proxy) {
     return count;
 }
 
-long lumen_tls_proxy_failed_handshakes(lumen_tls_proxy *proxy) {
+long lumen_tls_proxy_wait_for_failed_handshakes(lumen_tls_proxy *proxy, long count, int timeout_ms) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec += 1;
+        deadline.tv_nsec -= 1000000000L;
+    }
     pthread_mutex_lock(&proxy->lock);
-    long count = proxy->failed_handshakes;
+    while (proxy->failed_handshakes < count) {
+        if (pthread_cond_timedwait(&proxy->changed, &proxy->lock, &deadline) == ETIMEDOUT) break;
+    }
+    long seen = proxy->failed_handshakes;
     pthread_mutex_unlock(&proxy->lock);
-    return count;
+    return seen;
 }
 
 void lumen_tls_proxy_stop(lumen_tls_proxy *proxy) {
     if (!proxy) return;
+    pthread_mutex_lock(&proxy->lock);
+    proxy->stopping = 1;
+    pthread_mutex_unlock(&proxy->lock);
     if (proxy->listener >= 0) {
-        // Wakes the accepting thread's accept() with an error; it ends.
+        // Wakes the accepting thread's accept() with an error; it sees `stopping` and ends.
         shutdown(proxy->listener, SHUT_RDWR);
-        pthread_join(proxy->acceptor, NULL);
+        if (proxy->acceptor_started) pthread_join(proxy->acceptor, NULL);
         close(proxy->listener);
     }
     pthread_mutex_lock(&proxy->lock);
-    proxy->stopping = 1;
+    // Wakes every relay, whichever side it is blocked on.
     for (int i = 0; i < MAX_CONNECTIONS; i++) {
         if (proxy->clients[i] >= 0) shutdown(proxy->clients[i], SHUT_RDWR);
+        if (proxy->backends[i] >= 0) shutdown(proxy->backends[i], SHUT_RDWR);
     }
     while (proxy->live > 0) pthread_cond_wait(&proxy->changed, &proxy->lock);
     pthread_mutex_unlock(&proxy->lock);

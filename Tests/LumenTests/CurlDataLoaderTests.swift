@@ -117,8 +117,34 @@ struct CurlDataLoaderTests {
         }
         #expect(error?.code == .serverCertificateUntrusted, "\(String(describing: error))")
         #expect(!ImagePipeline.RetryPolicy.isTransient(.dataLoadingFailed(try #require(error))))
-        #expect(tls.failedHandshakes == 1)
+        #expect(tls.waitForFailedHandshakes(1) == 1)
         #expect(server.requestCount(for: "/secure.jpg") == 1, "nothing reached the server")
+    }
+
+    /// `DataLoader` names TLS failures from libcurl's messages (FoundationNetworking reports
+    /// them as unknown errors): the certificate's, the handshake's, and nothing else — a
+    /// connection lost after the handshake, or a host whose name says SSL, stays as it was.
+    @Test(arguments: [
+        ("SSL certificate problem: self-signed certificate", URLError.Code.serverCertificateUntrusted),
+        ("SSL certificate problem: certificate has expired", .serverCertificateUntrusted),
+        ("SSL certificate problem: unable to get local issuer certificate", .serverCertificateUntrusted),
+        ("SSL: no alternative certificate subject name matches target host name 'a.test'", .serverCertificateUntrusted),
+        ("OpenSSL/3.0.22: error:0A00010B:SSL routines::wrong version number", .secureConnectionFailed),
+        ("OpenSSL SSL_connect: Connection reset by peer in connection to a.test:443", .secureConnectionFailed),
+        ("SSL connect error", .secureConnectionFailed),
+    ] as [(String, URLError.Code)])
+    func dataLoaderNamesATLSFailureFromLibcurlsMessage(message: String, code: URLError.Code) {
+        #expect(DataLoader.tlsFailure(URLError(.unknown, userInfo: [NSLocalizedDescriptionKey: message])) == code)
+    }
+
+    @Test(arguments: [
+        "OpenSSL SSL_read: Connection reset by peer, errno 104",
+        "OpenSSL SSL_write: Broken pipe, errno 32",
+        "Failed to connect to SSL-IMAGES.example port 443: No route to host",
+        "Recv failure: Connection reset by peer",
+    ])
+    func dataLoaderLeavesOtherFailuresUnnamed(message: String) {
+        #expect(DataLoader.tlsFailure(URLError(.unknown, userInfo: [NSLocalizedDescriptionKey: message])) == nil)
     }
 
     /// A pipeline over https: its default decoder gets the bytes through TLS.

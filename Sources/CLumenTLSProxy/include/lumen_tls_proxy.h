@@ -18,10 +18,13 @@ lumen_tls_proxy *lumen_tls_proxy_start(uint16_t backend_port, const char *certif
 /// The port the proxy listens on.
 uint16_t lumen_tls_proxy_port(const lumen_tls_proxy *proxy);
 
-/// Connections accepted so far, and handshakes that failed (a client that refused the
-/// certificate, say).
+/// Connections accepted so far.
 long lumen_tls_proxy_connections(lumen_tls_proxy *proxy);
-long lumen_tls_proxy_failed_handshakes(lumen_tls_proxy *proxy);
+
+/// Waits until at least `count` handshakes have failed (a client that refused the
+/// certificate, say: the proxy hears of it after the client gave up), or `timeout_ms` passed;
+/// returns how many have failed.
+long lumen_tls_proxy_wait_for_failed_handshakes(lumen_tls_proxy *proxy, long count, int timeout_ms);
 
 /// Stops listening, closes every connection, waits for the proxy's threads and frees it.
 void lumen_tls_proxy_stop(lumen_tls_proxy *proxy);

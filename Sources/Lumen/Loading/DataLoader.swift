@@ -395,18 +395,22 @@ public final class DataLoader: DataLoading, Sendable {
         return message.contains("transfer closed with")
     }
 
-    /// What libcurl's message in `error` says of a failed TLS handshake:
-    /// `.serverCertificateUntrusted` for the server's certificate ("SSL certificate problem:
-    /// self-signed certificate", "SSL: no alternative certificate subject name matches target
-    /// host name"), `.secureConnectionFailed` for another message from the TLS library
-    /// ("OpenSSL/3.0.2: error:0A00010B:SSL routines::wrong version number"); nil otherwise.
-    private static func tlsFailure(_ error: URLError) -> URLError.Code? {
+    /// What libcurl's message in `error` says of a failed TLS handshake (libcurl over OpenSSL,
+    /// as FoundationNetworking links it): `.serverCertificateUntrusted` for the server's
+    /// certificate ("SSL certificate problem: self-signed certificate", "… certificate has
+    /// expired", "SSL: no alternative certificate subject name matches target host name"),
+    /// `.secureConnectionFailed` for another handshake failure ("OpenSSL/3.0.2:
+    /// error:0A00010B:SSL routines::wrong version number", "OpenSSL SSL_connect: …", "SSL
+    /// connect error"); nil otherwise — a connection lost after the handshake ("OpenSSL
+    /// SSL_read: …", "… SSL_write: …") is not a handshake failure.
+    static func tlsFailure(_ error: URLError) -> URLError.Code? {
         let message = (error.userInfo[NSLocalizedDescriptionKey] as? String) ?? ""
-        if message.contains("SSL certificate problem") || message.contains("certificate subject name")
-            || message.contains("does not match target host name") {
+        if message.hasPrefix("SSL certificate problem") || message.hasPrefix("SSL: ") && message.contains("certificate subject name") {
             return .serverCertificateUntrusted
         }
-        return message.contains("SSL") || message.contains("TLS") ? .secureConnectionFailed : nil
+        if message.contains("SSL_read") || message.contains("SSL_write") { return nil }
+        let handshake = ["OpenSSL/", "OpenSSL SSL_connect", "SSL connect error", "SSL: "]
+        return handshake.contains(where: message.hasPrefix) ? .secureConnectionFailed : nil
     }
 
     /// Whether the body was sent content-encoded (gzip, …), so that its length on the wire is

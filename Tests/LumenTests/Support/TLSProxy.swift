@@ -38,8 +38,12 @@ final class TLSProxy: @unchecked Sendable {
     /// `https://127.0.0.1:<port><path>`.
     func url(for path: String) -> URL { URL(string: "https://127.0.0.1:\(port)\(path)")! }
 
-    /// TLS handshakes that failed (the client refused the certificate, say).
-    var failedHandshakes: Int { lumen_tls_proxy_failed_handshakes(proxy) }
+    /// Waits (10 s at most) until `count` TLS handshakes have failed — the client refused the
+    /// certificate, say: the proxy hears of it only after the client gave up — and returns
+    /// how many have.
+    func waitForFailedHandshakes(_ count: Int) -> Int {
+        lumen_tls_proxy_wait_for_failed_handshakes(proxy, count, 10_000)
+    }
     /// Connections accepted.
     var connections: Int { lumen_tls_proxy_connections(proxy) }
 }
