@@ -200,32 +200,15 @@ public final class CurlDataLoader: DataLoading, Sendable {
         // cancel finds no transfer). Set after `add`, so that the cancel never comes first.
         continuation.onTermination = { [engine] _ in engine.cancel(identifier) }
         let outcome: Result<URLResponse, any Error>
-        do { outcome = .success(try await receive(events, didReceive: didReceive)) } catch { outcome = .failure(error) }
+        var progress = TransferEvent.Progress()
+        do {
+            outcome = .success(try await TransferEvent.deliver(events, progress: &progress, didReceive: didReceive))
+        } catch {
+            outcome = .failure(error)
+        }
         continuation.finish()
         await transfer.completion.wait()
         return try outcome.get()
-    }
-
-    /// The events of one transfer, up to its response (or the error that ends it).
-    private func receive(
-        _ events: AsyncThrowingStream<TransferEvent, any Error>,
-        didReceive: @Sendable (Data, URLResponse) throws -> Void
-    ) async throws -> URLResponse {
-        var response: URLResponse?
-        for try await event in events {
-            switch event {
-            case .response(let head):
-                response = head
-            case .data(let chunk):
-                guard let response else { throw URLError(.badServerResponse) }
-                try didReceive(chunk, response)
-            case .completed:
-                guard let response else { throw URLError(.badServerResponse) }
-                return response
-            }
-        }
-        // The stream ends without `.completed` or an error only when this task is cancelled.
-        throw CancellationError()
     }
 }
 #endif

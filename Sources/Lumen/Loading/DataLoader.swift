@@ -310,23 +310,11 @@ public final class DataLoader: DataLoading, Sendable {
         _ events: AsyncThrowingStream<TransferEvent, any Swift.Error>, request: URLRequest,
         didReceive: @Sendable (Data, URLResponse) throws -> Void
     ) async throws -> URLResponse {
-        var response: URLResponse?
-        var received: Int64 = 0
+        var progress = TransferEvent.Progress()
         do {
-            for try await event in events {
-                switch event {
-                case .response(let head):
-                    response = head
-                case .data(let chunk):
-                    guard let response else { throw URLError(.badServerResponse) }
-                    received += Int64(chunk.count)
-                    try didReceive(chunk, response)
-                case .completed:
-                    guard let response else { throw URLError(.badServerResponse) }
-                    try Self.checkComplete(response, received: received, request: request)
-                    return response
-                }
-            }
+            let response = try await TransferEvent.deliver(events, progress: &progress, didReceive: didReceive)
+            try Self.checkComplete(response, received: progress.received, request: request)
+            return response
         } catch let error as URLError where error.code == .cancelled && Task.isCancelled {
             throw CancellationError()
         } catch let error as URLError where error.code == .unknown || error.code == .networkConnectionLost {
@@ -334,6 +322,7 @@ public final class DataLoader: DataLoading, Sendable {
             // unknown error: name it. (Not for a content-encoded body: its length is not
             // comparable, and the same error then means the encoding could not be undone,
             // which libcurl's message says.)
+            let (response, received) = (progress.response, progress.received)
             let declared = response.map(Self.declaredLength) ?? -1
             if let response, declared > received, !Self.isContentEncoded(response) {
                 throw Error.incompleteBody(expected: declared, received: received)
@@ -355,8 +344,6 @@ public final class DataLoader: DataLoading, Sendable {
             }
             throw error
         }
-        // The stream ends without `.completed` or an error only when this task is cancelled.
-        throw CancellationError()
     }
 
     /// Throws when the body is shorter than the length the response announced (see
