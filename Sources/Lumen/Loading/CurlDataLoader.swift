@@ -168,14 +168,12 @@ public final class CurlDataLoader: DataLoading, Sendable {
         didReceive: @Sendable (Data, URLResponse) throws -> Void
     ) async throws -> URLResponse {
         guard let url = request.url else { throw URLError(.badURL) }
+        if let response = try await DataLoader.loadLocally(url, allowsFiles: allowsLocalFiles, didReceive: didReceive) {
+            return response
+        }
         switch url.scheme?.lowercased() {
         case "http", "https":
             return try await loadOverHTTP(request, didReceive: didReceive)
-        case "file":
-            guard allowsLocalFiles else { throw DataLoader.Error.localFileAccessDenied(url) }
-            return try await DataLoader.loadFile(url, didReceive: didReceive)
-        case "data":
-            return try DataLoader.loadDataURL(url, didReceive: didReceive)
         default:
             throw URLError(.unsupportedURL, userInfo: [
                 NSLocalizedDescriptionKey: "CurlDataLoader loads http, https, file and data URLs, not \(url.scheme ?? "scheme-less") ones",

@@ -5,6 +5,24 @@ import FoundationNetworking
 
 /// `file:` and `data:` URLs, loaded without the network.
 extension DataLoader {
+    /// Loads `url` when it is local — a `file:` URL (refused with ``Error/localFileAccessDenied(_:)``
+    /// unless `allowsFiles`) or a `data:` URL — and returns its response; nil for any other
+    /// scheme, which the caller loads over the network. Both loaders' local branch.
+    static func loadLocally(
+        _ url: URL, allowsFiles: Bool,
+        didReceive: @Sendable (Data, URLResponse) throws -> Void
+    ) async throws -> URLResponse? {
+        switch url.scheme?.lowercased() {
+        case "file":
+            guard allowsFiles else { throw Error.localFileAccessDenied(url) }
+            return try await loadFile(url, didReceive: didReceive)
+        case "data":
+            return try loadDataURL(url, didReceive: didReceive)
+        default:
+            return nil
+        }
+    }
+
     /// Reads a file in chunks of `fileChunkSize` bytes, checking for cancellation between
     /// chunks. The response is a plain `URLResponse` with the file's size and a MIME type
     /// guessed from its extension. The reads are blocking but short (one chunk each).

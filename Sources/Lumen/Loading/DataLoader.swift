@@ -203,15 +203,10 @@ public final class DataLoader: DataLoading, Sendable {
         for request: URLRequest,
         didReceive: @Sendable (Data, URLResponse) throws -> Void
     ) async throws -> URLResponse {
-        switch request.url?.scheme?.lowercased() {
-        case "file":
-            guard allowsLocalFiles else { throw Error.localFileAccessDenied(request.url!) }
-            return try await Self.loadFile(request.url!, didReceive: didReceive)
-        case "data":
-            return try Self.loadDataURL(request.url!, didReceive: didReceive)
-        default:
-            return try await loadFromNetwork(request, didReceive: didReceive)
+        if let url = request.url, let response = try await Self.loadLocally(url, allowsFiles: allowsLocalFiles, didReceive: didReceive) {
+            return response
         }
+        return try await loadFromNetwork(request, didReceive: didReceive)
     }
 
     private func loadFromNetwork(
