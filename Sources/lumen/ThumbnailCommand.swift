@@ -213,24 +213,27 @@ enum ThumbnailCommand {
     private static let reportedCacheFailures = Mutex<Set<String>>([])
 
     static func configuration(for options: Options) -> ImagePipeline.Configuration {
-        var configuration = ImagePipeline.Configuration()
+        let loader: any DataLoading
+        #if os(Linux)
+        // The default loader there (libcurl directly: the URLs are anyone's, and a server can
+        // make FoundationNetworking's URLSession trap), with a connection per decode.
+        loader = CurlDataLoader(maximumConnectionsPerHost: max(6, options.concurrency))
+        #else
+        if options.concurrency > 6 {
+            let session = DataLoader.defaultConfiguration
+            session.httpMaximumConnectionsPerHost = options.concurrency
+            loader = DataLoader(configuration: session)
+        } else {
+            loader = ImagePipeline.Configuration.makeDefaultDataLoader()
+        }
+        #endif
+        var configuration = ImagePipeline.Configuration(dataLoader: loader)
         configuration.decodingQueue = WorkQueue(name: "lumen.decode", maxConcurrentCount: options.concurrency, execution: .threads)
         // --concurrency bounds downloads too: neither the pipeline's network queue nor the
         // loader's per-host connection limit (6 by default) may hold it lower.
         if options.concurrency > 6 {
             configuration.dataLoadingQueue = WorkQueue(name: "lumen.data", maxConcurrentCount: options.concurrency, execution: .tasks)
         }
-        #if os(Linux)
-        // The default loader there (libcurl directly: the URLs are anyone's, and a server can
-        // make FoundationNetworking's URLSession trap), with a connection per decode.
-        configuration.dataLoader = CurlDataLoader(maximumConnectionsPerHost: max(6, options.concurrency))
-        #else
-        if options.concurrency > 6 {
-            let session = DataLoader.defaultConfiguration
-            session.httpMaximumConnectionsPerHost = options.concurrency
-            configuration.dataLoader = DataLoader(configuration: session)
-        }
-        #endif
         if options.usesCache {
             // Downloaded bytes are kept on disk (default `$XDG_CACHE_HOME/lumen/thumbnail`, else
             // `~/.cache/lumen/thumbnail`), so a second run over the same URLs needs no network.

@@ -373,8 +373,12 @@ public final class DataLoader: DataLoading, Sendable {
 
     /// Whether libcurl's message in `error` says the connection closed before the body ended.
     private static func saysTransferClosed(_ error: URLError) -> Bool {
-        let message = (error.userInfo[NSLocalizedDescriptionKey] as? String) ?? ""
-        return message.contains("transfer closed with")
+        message(of: error).contains("transfer closed with")
+    }
+
+    /// libcurl's message, which FoundationNetworking passes on as the error's description.
+    private static func message(of error: URLError) -> String {
+        (error.userInfo[NSLocalizedDescriptionKey] as? String) ?? ""
     }
 
     /// What libcurl's message in `error` says of a failed TLS handshake (libcurl over OpenSSL,
@@ -386,7 +390,7 @@ public final class DataLoader: DataLoading, Sendable {
     /// connect error"); nil otherwise — a connection lost after the handshake ("OpenSSL
     /// SSL_read: …", "… SSL_write: …") is not a handshake failure.
     static func tlsFailure(_ error: URLError) -> URLError.Code? {
-        let message = (error.userInfo[NSLocalizedDescriptionKey] as? String) ?? ""
+        let message = message(of: error)
         if message.hasPrefix("SSL certificate problem") || message.hasPrefix("SSL: ") && message.contains("certificate subject name") {
             return .serverCertificateUntrusted
         }

@@ -146,11 +146,11 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
         let refusal = eventArrived(for: dataTask)
-        handler(for: dataTask)?.idle?.restart()
         guard let handler = handler(for: dataTask) else {
             completionHandler(.cancel)
             return
         }
+        handler.idle?.restart()
         // FoundationNetworking reports an interim response (`103 Early Hints`, `100 Continue`)
         // here as if it were the response; the real one follows on the same task. It is not
         // validated (it would fail the load as a non-2xx status) and not passed on.
