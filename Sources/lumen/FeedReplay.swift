@@ -42,6 +42,8 @@ struct FeedReplayOutcome: Sendable {
     var failures: [String] = []
     /// Cells shown until loaded.
     var shownCells = 0
+    /// Bytes of the largest image the detail view held (its decoded pixels; 0 without one).
+    var detailImageBytes = 0
     /// Photo thumbnail and avatar of the first shown cells, for the contact sheet.
     var sheet: [(photo: Bitmap, avatar: Bitmap)] = []
 }
@@ -175,7 +177,7 @@ struct FeedReplayer: Sendable {
                 outcome.requests += 1
                 let ref = FeedImageRef(url: photos[trace.cells[cell].photo], maxPixelSize: nil)
                 detail = record(await loader.load(ref, priority: .high).value(), cell, "detail")
-                _ = detail // read by nobody: held only to occupy memory as a view would
+                outcome.detailImageBytes = max(outcome.detailImageBytes, detail?.pixels.count ?? 0)
             case .closeDetail:
                 detail = nil
             }

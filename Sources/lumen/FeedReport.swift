@@ -13,6 +13,12 @@ struct FeedReport {
     var memoryGrowthRatio: Double {
         Double(naive.peakRSSBytes - naive.startRSSBytes) / Double(max(lumen.peakRSSBytes - lumen.startRSSBytes, 1))
     }
+    /// The most `peakMemoryRatio` could be for any loader started as Lumen's replay was: the
+    /// naive peak over Lumen's start plus the detail view's full-size photo, which every loader
+    /// holds at once while the detail view is open (and nothing else: no thumbnail, no buffer).
+    var peakMemoryCeiling: Double {
+        Double(naive.peakRSSBytes) / Double(max(lumen.startRSSBytes + lumen.detailImageBytes, 1))
+    }
     var networkDifference: Int { noCoalescing.networkRequests - lumen.networkRequests }
     var noCoalescingWallRatio: Double { noCoalescing.wallSeconds / max(lumen.wallSeconds, 1e-9) }
     /// The URLs both (a) and (b) fetched. The sets differ by a few URLs whose prefetch (or
@@ -95,6 +101,8 @@ struct FeedReport {
             String(format: "naive / lumen decoded MP       %6.1f×  goal ≥ 10×: %@", decodedMPRatio, verdict(decodedMPRatio >= 10)),
             String(format: "naive / lumen peak memory      %6.2f×  goal ≥ 4×: %@ (growth during the replay: %.2f×)",
                    peakMemoryRatio, verdict(peakMemoryRatio >= 4), memoryGrowthRatio),
+            String(format: "                               ceiling for any loader: %.2f× = naive's peak / (lumen's start %.1f MB + the detail view's photo %.1f MB)",
+                   peakMemoryCeiling, Double(lumen.startRSSBytes) / 1_048_576, Double(lumen.detailImageBytes) / 1_048_576),
             "lumen network requests         \(lumen.networkRequests) for \(lumen.distinctURLs) distinct URLs  goal equal: \(verdict(lumen.networkRequests == lumen.distinctURLs))",
             "noCoalescing − lumen requests  on the \(commonPaths.count) URLs both fetched: \(networkDifferenceOnCommonURLs); noCoalescing's duplicates there (its requests − 1 per URL): \(duplicatesEliminated)  goal equal: \(verdict(networkDifferenceOnCommonURLs == duplicatesEliminated)) (equal exactly when lumen fetched each of them once)",
             "                               on all URLs: \(networkDifference) = \(noCoalescing.networkRequests) − \(lumen.networkRequests) = \(duplicatesEliminated) duplicates eliminated on the common URLs − \(lumenDuplicatesOnCommonURLs) lumen duplicates there",
@@ -131,6 +139,7 @@ struct FeedReport {
             "naiveOverLumenDecodedMegapixels": round3(decodedMPRatio),
             "naiveOverLumenPeakRSS": round3(peakMemoryRatio),
             "naiveOverLumenPeakRSSGrowth": round3(memoryGrowthRatio),
+            "naiveOverLumenPeakRSSCeiling": round3(peakMemoryCeiling),
             "noCoalescingMinusLumenNetworkRequests": networkDifference,
             "noCoalescingMinusLumenNetworkRequestsOnCommonURLs": networkDifferenceOnCommonURLs,
             "duplicatesEliminated": duplicatesEliminated,

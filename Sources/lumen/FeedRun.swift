@@ -57,6 +57,9 @@ struct FeedRunStats: Codable, Sendable {
     /// and the detail view's full-size photo): the part of its memory growth that is the cache
     /// doing its job. 0 for the naive loader, which keeps nothing.
     var memoryCacheBytes = 0
+    /// Bytes of the decoded full-size photo the detail view held: memory any loader must hold
+    /// at once on top of what its process started with.
+    var detailImageBytes = 0
     /// Network requests per path (not printed: the report compares runs with it).
     var requestsByPath: [String: Int] = [:]
 
@@ -75,7 +78,7 @@ struct FeedRunStats: Codable, Sendable {
             "peakRSSGrowthBytes": peakRSSBytes - startRSSBytes, "cpuSeconds": (cpuSeconds * 10000).rounded() / 10000,
             "wallSeconds": (wallSeconds * 10000).rounded() / 10000,
             "peakConcurrentRequests": peakConcurrentRequests, "peakClientDownloads": peakClientDownloads,
-            "memoryCacheBytes": memoryCacheBytes,
+            "memoryCacheBytes": memoryCacheBytes, "detailImageBytes": detailImageBytes,
             "failures": failures.count,
         ]
     }
@@ -280,6 +283,7 @@ struct FeedRunner {
         stats.cancelledRequests = outcome.cancelledRequests
         stats.failures = outcome.failures
         stats.shownCells = outcome.shownCells
+        stats.detailImageBytes = outcome.detailImageBytes
         if let lumen = loader as? LumenFeedLoader {
             (stats.decodes, stats.decodedPixels) = lumen.counter.snapshot
             let m = lumen.pipeline.metrics

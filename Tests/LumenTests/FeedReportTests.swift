@@ -95,4 +95,19 @@ struct FeedReportTests {
         #expect(row("  at the start of the replay").contains("32.0 MB"))
         #expect(row("  growth during the replay").contains("8.0 MB") && row("  growth during the replay").hasSuffix("64.0 MB"))
     }
+
+    /// The ceiling divides the naive peak by Lumen's start plus the detail view's photo, and
+    /// the JSON carries it beside the peak and growth ratios.
+    @Test func thePeakMemoryCeilingCountsTheStartAndTheDetailPhoto() {
+        var lumen = run(["/p1": 1]), naive = run(["/p1": 1])
+        (lumen.startRSSBytes, lumen.peakRSSBytes, lumen.detailImageBytes) = (30 << 20, 50 << 20, 10 << 20)
+        (naive.startRSSBytes, naive.peakRSSBytes) = (30 << 20, 140 << 20)
+        let report = FeedReport(lumen: lumen, noCoalescing: lumen, naive: naive)
+        #expect(report.peakMemoryCeiling == 3.5)
+        #expect(report.json["naiveOverLumenPeakRSSCeiling"] as? Double == 3.5)
+        #expect(report.json["naiveOverLumenPeakRSS"] as? Double == 2.8)
+        #expect(report.json["naiveOverLumenPeakRSSGrowth"] as? Double == 5.5)
+        #expect(report.ratios.contains("ceiling for any loader: 3.50× = naive's peak / (lumen's start 30.0 MB + the detail view's photo 10.0 MB)"))
+        #expect((report.json["lumen"] as? [String: Any])?["detailImageBytes"] as? Int == 10 << 20)
+    }
 }
