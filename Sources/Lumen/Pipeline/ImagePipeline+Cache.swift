@@ -8,6 +8,32 @@ extension ImagePipeline {
         graph.resamplableFullSizeImage(for: request)
     }
 
+    /// Whether a request at a decode size can be made by resampling `request`'s unprocessed
+    /// full-size image once a decode of it ends: the default decoder, and a memory cache the
+    /// request may read (where that decode leaves the image; see
+    /// ``resamplableFullSizeImage(for:)``).
+    func derivesFromFullSizeImage(_ request: ImageRequest) -> Bool {
+        graph.derivesFromFullSizeImage(request)
+    }
+
+    /// An image task for `request` that joins work already running for its final image — a
+    /// decode, or its last processing step, that it may join (a prefetch's, another
+    /// request's) — or `nil`, starting nothing, when it would start work of its own. The look
+    /// and the subscription are one critical section: the work cannot end in between. For
+    /// ``FetchImage``, which decodes the bytes it holds itself unless someone already decodes
+    /// the image at that size, and downloads them only if nobody is decoding the image.
+    func imageTaskJoiningRunningWork(for request: ImageRequest) -> ImageTask? {
+        let finalKey = graph.caches.hasImageCache ? RequestCacheKeys.finalMemoryKey(request) : nil
+        let keys = graph.requestKeys(for: request, finalMemoryKey: finalKey)
+        let task = ImageTask(request: request, graph: graph)
+        let joined = graph.sync {
+            guard !graph.isInvalidated, graph.joinsRunningWork(request, keys: keys, decodeKey: nil) else { return false }
+            task.startLocked(keys: keys)
+            return true
+        }
+        return joined ? task : nil
+    }
+
     /// Whether a request's ``ImageRequest/derivationSource`` set to `container` is honoured:
     /// the pipeline makes the decode by resampling it (default decoder, final still image)
     /// rather than by fetching and decoding.

@@ -257,6 +257,12 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         return container
     }
 
+    /// Whether a decode at a size of `request`'s image may be made by resampling its full-size
+    /// image from the memory cache (``resamplableFullSizeImage(for:)``), once that is there.
+    func derivesFromFullSizeImage(_ request: ImageRequest) -> Bool {
+        decoderIsDefault && caches.hasImageCache && CacheLayers.readsMemory(request.options)
+    }
+
     /// Whether a decode at a size may be made from `container` by resampling: with the default
     /// decoder, from a final still image. An entry that keeps its encoded bytes (stored by
     /// hand: the default decoder keeps none) is no still image to resample.

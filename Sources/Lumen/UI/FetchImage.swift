@@ -17,13 +17,23 @@ import FoundationNetworking
 ///    ``DisplaySize``) and never above the image's natural size once that is known.
 /// 3. Once both the bytes and the size are in hand, the image is decoded — once — through the
 ///    pipeline's decode stage (shared with other models showing the same image at the same
-///    bucket, and stored in the memory cache).
+///    bucket, and stored in the memory cache). A decode of the image at that size already
+///    running for someone else (a prefetch at the cell's size, a plain request) is joined
+///    instead: one decode for both.
+///
+/// **Joining a decode instead of downloading.** When the model has no bytes and nothing
+/// fetching them, and the pipeline is decoding the image already — its bytes downloaded for
+/// someone else, a prefetch say, whose decode is queued behind others — the model joins that
+/// decode rather than downloading the bytes again, and raises it to its own priority: at its
+/// size, whose image is then the model's; else at full size (the URL prefetched without a
+/// size), from which its size is then resampled (with the default decoder and a memory cache).
 ///
 /// The model keeps the bytes while it lives, so a size change after success re-decodes
-/// without downloading again, and a size change never cancels a download — unless the memory
-/// cache already holds the image at the new size: it is then shown at once and the model's
-/// download is dropped, whichever of ``load(_:)`` and the first display size came first. The
-/// old image stays in ``phase`` until the new one is ready.
+/// without downloading again, and a size change after success never cancels a download.
+/// Before anything is shown, a size that the memory cache already holds the image at, or
+/// that someone is decoding the image at, is shown from there, and the model's download is
+/// dropped, whichever of ``load(_:)`` and the first display size came first. The old image
+/// stays in ``phase`` until the new one is ready.
 ///
 /// **Without the bytes.** When the memory cache already holds the image, the model shows it
 /// and fetches nothing: an entry at the display size's bucket is shown at once; with the
@@ -75,6 +85,7 @@ public final class FetchImage {
         didSet {
             fetchTask?.data.priority = priority
             decoding?.task.priority = priority
+            fullSizeWait?.priority = priority
         }
     }
 
@@ -99,6 +110,10 @@ public final class FetchImage {
     @ObservationIgnored private var fetchTask: (data: DataTask, waiter: Task<Void, Never>)?
     @ObservationIgnored private var fetchGeneration = 0
     @ObservationIgnored private var decoding: (target: DecodeTarget, task: ImageTask)?
+    /// A decode of the full-size image, running for someone else (a prefetch of the URL), that
+    /// the model joined instead of downloading the bytes: once it ends, the model's size is
+    /// made from the image it leaves in the memory cache.
+    @ObservationIgnored private var fullSizeWait: ImageTask?
     /// The target of the image in ``phase``.
     @ObservationIgnored private var shownTarget: DecodeTarget?
 
@@ -110,6 +125,7 @@ public final class FetchImage {
     deinit {
         fetchTask?.data.cancel()
         decoding?.task.cancel()
+        fullSizeWait?.cancel()
     }
 
     // MARK: - Loading
@@ -184,24 +200,84 @@ public final class FetchImage {
             let target = currentTarget()
             if let target, shownTarget != target, showCachedImage(for: target) {
                 cancelDecoding()
+                cancelFullSizeWait()
                 return // the bytes are fetched later, if a size change needs them
             }
             if shownTarget == nil || shownTarget != target {
-                if makeWithoutBytes() { return }
+                if fullSizeWait != nil || makeWithoutBytes() || joinRunningDecode(for: target) { return }
                 cancelDecoding()
                 startFetch()
             } else {
                 cancelDecoding()
+                cancelFullSizeWait()
             }
-        } else if fetched == nil, let target = currentTarget(), shownTarget != target, showCachedImage(for: target) {
-            // The size came while the bytes were on their way (`load` before layout), and the
-            // memory cache has the image at it: shown at once, as when the size came first, and
-            // the download is dropped (the model's subscription only; the bytes are fetched
-            // later, if a size change needs them).
-            cancelWork()
-            return
+        } else if fetched == nil, let target = currentTarget(), shownTarget != target {
+            // The size came while the bytes are on their way. Before anything is shown (`load`
+            // before layout), an image the memory cache has at that size is shown at once, as
+            // when the size came first, and a decode of the image at that size running for
+            // someone else is joined; the download is then dropped (the model's subscription
+            // only; the bytes are fetched later, if a size change needs them). After a success,
+            // a size change never cancels the download.
+            let showedImage = shownTarget != nil
+            if showCachedImage(for: target) {
+                if showedImage { cancelDecoding() } else { cancelWork() }
+                return
+            }
+            if !showedImage, decoding?.target != target, let sized = sizedRequest(target),
+               let joined = pipeline.imageTaskJoiningRunningWork(for: sized) {
+                cancelWork()
+                follow(joined, target: target)
+                return
+            }
         }
         decodeIfNeeded()
+    }
+
+    /// Without the bytes, joins a decode of the image running for someone else (a prefetch, a
+    /// visible request) rather than downloading them: at `target`'s size, whose image is then
+    /// the model's; else at full size, when `target`'s can be made from that by resampling
+    /// (or the size is not known yet). Answers whether it joined one.
+    private func joinRunningDecode(for target: DecodeTarget?) -> Bool {
+        guard var request else { return false }
+        request.priority = priority
+        if let target {
+            if decoding?.target == target { return true }
+            if let sized = sizedRequest(target), let joined = pipeline.imageTaskJoiningRunningWork(for: sized) {
+                follow(joined, target: target)
+                return true
+            }
+            guard target.size != nil else { return false }
+        } else if !decodesAtDisplaySize {
+            return false
+        }
+        guard pipeline.derivesFromFullSizeImage(request) else { return false }
+        request.thumbnail = nil
+        request.processors = []
+        guard let joined = pipeline.imageTaskJoiningRunningWork(for: request) else { return false }
+        cancelDecoding()
+        fullSizeWait = joined
+        Task { [weak self] in
+            _ = try? await joined.response
+            self?.didWaitForFullSize(joined)
+        }
+        updateIsLoading()
+        return true
+    }
+
+    /// The full-size decode the model joined ended: its size is made from the image in memory,
+    /// or — if that decode failed or the image is not in memory — from bytes it fetches.
+    private func didWaitForFullSize(_ task: ImageTask) {
+        guard fullSizeWait === task else { return }
+        fullSizeWait = nil
+        updateIsLoading()
+        resume()
+    }
+
+    private func cancelFullSizeWait() {
+        guard let fullSizeWait else { return }
+        self.fullSizeWait = nil
+        fullSizeWait.cancel()
+        updateIsLoading()
     }
 
     private func cancelDecoding() {
@@ -308,7 +384,7 @@ public final class FetchImage {
         switch result {
         case .success(let (data, response)):
             fetched = (data, response)
-            decodeIfNeeded()
+            decodeIfNeeded(joiningRunningDecode: true)
         case .failure(let error):
             if error.code != .cancelled {
                 show(.failure(error))
@@ -330,7 +406,12 @@ public final class FetchImage {
         self.phase = phase
     }
 
-    private func decodeIfNeeded() {
+    /// Decodes the bytes held at the current target, unless the image shown fits it or the
+    /// memory cache has it. `joiningRunningDecode`: the bytes just came (from the fetch that
+    /// any decode of the image running now also reads), so a decode of the image at that size
+    /// running for someone else is joined rather than repeated. Not after that: a decode
+    /// started later may be waiting for a download of its own.
+    private func decodeIfNeeded(joiningRunningDecode: Bool = false) {
         guard !isHidden, fetched != nil, let target = currentTarget() else { return }
         if target == shownTarget {
             // The image shown already fits: drop a decode for another size.
@@ -344,6 +425,12 @@ public final class FetchImage {
             updateIsLoading()
             return
         }
+        // Someone decodes the image at this size already (a prefetch at the cell's size): one
+        // decode for both.
+        if joiningRunningDecode, let sized = sizedRequest(target), let joined = pipeline.imageTaskJoiningRunningWork(for: sized) {
+            follow(joined, target: target)
+            return
+        }
         guard let decodeRequest = decodeRequest(for: target) else { return }
         startDecoding(decodeRequest, target: target)
     }
@@ -351,8 +438,13 @@ public final class FetchImage {
     /// Starts the image task for `decodeRequest`, which makes the image for `target`,
     /// replacing any decode running for another target.
     private func startDecoding(_ decodeRequest: ImageRequest, target: DecodeTarget) {
+        follow(pipeline.imageTask(with: decodeRequest), target: target)
+    }
+
+    /// Makes `task`, started for the model, its decode for `target`, and shows its image when
+    /// it ends.
+    private func follow(_ task: ImageTask, target: DecodeTarget) {
         cancelDecoding()
-        let task = pipeline.imageTask(with: decodeRequest)
         decoding = (target, task)
         Task { [weak self] in
             let result: Result<ImageResponse, ImagePipeline.Error>
@@ -410,11 +502,12 @@ public final class FetchImage {
             fetchTask.data.cancel()
         }
         cancelDecoding()
+        cancelFullSizeWait()
         updateIsLoading()
     }
 
     private func updateIsLoading() {
-        let loading = fetchTask != nil || decoding != nil
+        let loading = fetchTask != nil || decoding != nil || fullSizeWait != nil
         if isLoading != loading { isLoading = loading }
     }
 }
