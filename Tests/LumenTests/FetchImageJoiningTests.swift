@@ -23,7 +23,7 @@ struct FetchImageJoiningTests {
         decodes.isSuspended = true
         let prefetcher = ImagePrefetcher(pipeline: pipeline)
         prefetcher.startPrefetching(with: [Photo.url])
-        await pipeline.waitForMetrics { $0.fetch.completed == 1 }
+        await decodes.waitUntil { $0.pendingCount == 1 } // the bytes are in, the decode waits
         #expect(decodes.pendingPriorities == [.low])
 
         let model = FetchImage(pipeline: pipeline)
@@ -57,7 +57,7 @@ struct FetchImageJoiningTests {
         h.pipeline.configuration.decodingQueue.isSuspended = true // both must meet the decode
         h.loader.resume()
         await h.recorder.wait { $0.subscriptions(.decode) >= 2 }
-        #expect(h.pipeline.configuration.decodingQueue.pendingCount == 1)
+        #expect(h.recorder.counts.started(.decode) == 1 && h.recorder.counts.joined(.decode) == 1)
         h.pipeline.configuration.decodingQueue.isSuspended = false
         await waitUntil(model) { $0.phase.image != nil && !$0.isLoading }
         await prefetcher.waitUntilIdle()

@@ -47,10 +47,6 @@ extension ProgressiveDecodingTests {
 
     /// Returns once `queue` runs and holds nothing.
     static func waitUntilIdle(_ queue: WorkQueue) async {
-        while true {
-            let version = queue.changeCount // read before looking
-            if queue.runningCount == 0 && queue.pendingCount == 0 { return }
-            await queue.waitForChange(after: version)
-        }
+        await queue.waitUntil { $0.runningCount == 0 && $0.pendingCount == 0 }
     }
 }

@@ -1,6 +1,6 @@
 import Foundation
 import Synchronization
-import Lumen
+@testable import Lumen
 import LumenTestSupport
 
 /// A pipeline wired to a mock loader, a trivial decoder and an event recorder.
@@ -28,6 +28,18 @@ struct PipelineHarness {
     /// Returns once every task and request of the graph has been released.
     func waitUntilIdle() async {
         await pipeline.waitForMetrics { $0.liveTasks == 0 && $0.liveRequests == 0 }
+    }
+}
+
+extension WorkQueue {
+    /// Returns once `condition` holds for the queue, looking again at each change of its counts
+    /// and priorities (no polling).
+    func waitUntil(isolation: isolated (any Actor)? = #isolation, _ condition: (WorkQueue) -> Bool) async {
+        while true {
+            let version = changeCount // read before looking
+            if condition(self) { return }
+            await waitForChange(after: version)
+        }
     }
 }
 
