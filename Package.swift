@@ -60,7 +60,7 @@ let package = Package(
         // Test doubles shipped for Lumen's users: fake data loader, loopback HTTP server.
         .target(name: "LumenTestSupport", dependencies: ["Lumen"]),
         // The command-line tool: demo, thumbnail, bench. A thin client of the public API.
-        .executableTarget(name: "lumen", dependencies: ["Lumen", "LumenTestSupport"]),
+        .executableTarget(name: "lumen", dependencies: ["Lumen", "LumenTestSupport", "CLumenShim"]),
         // A second process for the disk cache's cross-process tests.
         .executableTarget(name: "lumen-cache-probe", dependencies: ["Lumen", "LumenTestSupport"]),
         .testTarget(name: "LumenImagingTests", dependencies: ["LumenImaging"], swiftSettings: imagingSettings),

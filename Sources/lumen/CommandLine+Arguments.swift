@@ -1,4 +1,5 @@
 import Foundation
+import CLumenShim
 
 /// A usage error: the command prints it with the usage text and exits with status 2.
 struct UsageError: Error, CustomStringConvertible {
@@ -61,9 +62,40 @@ struct Arguments {
     }
 }
 
-/// Writes a line to standard error.
+/// Writes a line to standard error. A write that fails (stderr closed, a full disk) is
+/// dropped: reporting never stops the work.
 func printError(_ message: String) {
-    FileHandle.standardError.write(Data((message + "\n").utf8))
+    lumen_stderr_write(message + "\n")
+}
+
+/// Writes `text` to standard output now (no line end added), for progress bars drawn in place.
+/// A write that fails is dropped, as for ``printError(_:)``.
+func writeOut(_ text: String) {
+    lumen_stdout_write(text)
+}
+
+/// Sets up the standard streams for a tool whose product is its files: a descriptor 0–2 that
+/// was closed is opened on `/dev/null` (or the next file opened would take its number and get
+/// the tool's messages); a reader of stdout or stderr that went away makes writes to it fail
+/// (`EPIPE`, dropped) instead of killing the process with `SIGPIPE`; stdout is line-buffered
+/// even when it is not a terminal, so each progress line reaches a pipe when it is printed.
+func prepareStandardStreams() {
+    for descriptor in Int32(0)...2 where fcntl(descriptor, F_GETFD) == -1 {
+        let opened = open("/dev/null", O_RDWR)
+        if opened >= 0 && opened != descriptor {
+            dup2(opened, descriptor)
+            close(opened)
+        }
+    }
+    signal(SIGPIPE, SIG_IGN)
+    lumen_stdout_line_buffered()
+}
+
+/// The width of the terminal on standard output in columns, `nil` when unknown.
+var standardOutputColumns: Int? {
+    var size = winsize()
+    guard ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 else { return nil }
+    return Int(size.ws_col)
 }
 
 /// Whether standard output is a terminal (progress bars only then).
@@ -118,9 +150,14 @@ func readFile(_ path: String) throws -> Data {
     return data
 }
 
-/// A 30-column text progress bar, `[#####---…] done/total` (full when `total` is 0).
-func progressBar(_ done: Int, of total: Int) -> String {
-    let width = 30
+/// A text progress bar, `[#####---…] done/total` (full when `total` is 0): 30 columns of bar,
+/// fewer when the line would not fit in `columns` (a line that wraps cannot be redrawn in
+/// place), none below 4.
+func progressBar(_ done: Int, of total: Int, columns: Int? = nil) -> String {
+    let counts = " \(done)/\(total)"
+    let room = columns.map { $0 - 1 - counts.count - 2 } ?? 30 // one column for the cursor
+    guard room >= 4 else { return String(counts.dropFirst()) }
+    let width = min(30, room)
     let filled = total == 0 ? width : min(width, done * width / total)
     return "[" + String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled) + "] \(done)/\(total)"
 }

@@ -80,10 +80,10 @@ enum DemoCommand {
             for variant in FeedVariant.allCases {
                 let label = "round \(round) (\(variant == .lumen ? "a" : variant == .noCoalescing ? "b" : "c"))"
                 let bar: ((Int, Int) -> Void)? = json || !isStandardOutputTerminal ? nil : { done, total in
-                    FileHandle.standardOutput.write(Data(("\r        " + label + " " + progressBar(done, of: total) + " steps").utf8))
+                    writeOut("\r        " + label + " " + progressBar(done, of: total) + " steps")
                 }
                 let stats = try runner.run(variant, sheet: variant == .lumen && round == 1 ? sheet : nil, progress: bar)
-                if bar != nil { FileHandle.standardOutput.write(Data("\r\u{1B}[K".utf8)) }
+                if bar != nil { writeOut("\r\u{1B}[K") }
                 say(String(format: "        %@: %.2f s, %d network requests, %.1f decoded MP, peak %.0f MB", label,
                            stats.wallSeconds, stats.networkRequests, stats.decodedMegapixels, Double(stats.peakRSSBytes) / 1_048_576))
                 roundViolations += FeedReport.violations(of: stats, variant: variant).map { "\(label): \($0)" }

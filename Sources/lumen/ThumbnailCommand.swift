@@ -70,7 +70,16 @@ enum ThumbnailCommand {
         /// one (a `data:` URL, say) cut to its first 60 characters.
         var shownInput: String {
             if input.isEmpty { return "\"\"" }
-            return input.count > 80 ? "\(input.prefix(60))… (\(input.count) characters)" : input
+            let shown = redacted(input)
+            return shown.count > 80 ? "\(shown.prefix(60))… (\(shown.count) characters)" : shown
+        }
+
+        /// `text` with the password of the input's URL (`scheme://user:password@host/…`)
+        /// replaced by `***`, wherever it appears as in the URL: lines and error messages
+        /// that name the URL never show it.
+        func redacted(_ text: String) -> String {
+            guard let password = URLComponents(string: input)?.percentEncodedPassword, !password.isEmpty else { return text }
+            return text.replacingOccurrences(of: ":" + password + "@", with: ":***@")
         }
     }
 
@@ -249,9 +258,11 @@ enum ThumbnailCommand {
         return configuration
     }
 
-    /// Requests answered by a cache layer (memory or disk) instead of the network.
+    /// Requests answered by a cache layer instead of a download: from memory, from a fresh
+    /// disk entry, or from a stale one the server confirmed (`304 Not Modified`). A stale entry
+    /// that the server answered with a new body is a download, not a hit.
     static func cacheHits(_ metrics: ImagePipeline.Metrics) -> Int {
-        metrics.memoryCache.hits + metrics.diskCache.hits
+        metrics.memoryCache.hits + metrics.diskCacheFreshHits + metrics.notModified
     }
 
     /// The distinct inputs in input order, each with its output file (see the naming rule

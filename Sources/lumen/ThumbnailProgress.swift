@@ -26,7 +26,7 @@ final class ProgressReporter: Sendable {
             // Inputs, reasons and paths may hold control characters: each line stays one line.
             let input = ThumbnailCommand.printable(job.shownInput)
             let destination = ThumbnailCommand.printable(plan?.destination ?? "")
-            let reason = error.map(ThumbnailCommand.printable)
+            let reason = error.map { ThumbnailCommand.printable(job.redacted($0)) }
             if isTerminal {
                 // Lines go above the bar: clear its line, print, draw it again.
                 if let reason {
@@ -53,10 +53,10 @@ final class ProgressReporter: Sendable {
     }
 
     private func drawBar(_ count: Int) {
-        write("\r" + progressBar(count, of: total))
+        write("\r" + progressBar(count, of: total, columns: standardOutputColumns))
     }
 
     private func write(_ text: String) {
-        FileHandle.standardOutput.write(Data(text.utf8))
+        writeOut(text)
     }
 }

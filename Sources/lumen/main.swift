@@ -28,6 +28,7 @@ func runBlocking(_ command: @escaping @Sendable () async -> Int32) -> Int32 {
     return status.withLock { $0 }
 }
 
+prepareStandardStreams()
 let argv = Array(CommandLine.arguments.dropFirst())
 guard let command = argv.first else {
     printError(usage)

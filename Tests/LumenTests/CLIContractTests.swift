@@ -51,7 +51,11 @@ struct CLIContractTests {
     /// Runs `lumen` with `arguments` in `directory` (the test's own when nil), with
     /// `environment` added to this process's, standard input empty and both outputs read back
     /// from files (never pipes a child could fill).
-    static func run(_ arguments: [String], environment: [String: String] = [:], directory: URL? = nil) async throws -> Executables.Outcome {
+    /// `standardError`, when given, receives standard error instead (the outcome's is then
+    /// empty).
+    static func run(
+        _ arguments: [String], environment: [String: String] = [:], directory: URL? = nil, standardError: FileHandle? = nil
+    ) async throws -> Executables.Outcome {
         let dir = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: dir) }
         let outURL = dir.appendingPathComponent("stdout"), errURL = dir.appendingPathComponent("stderr")
@@ -64,7 +68,7 @@ struct CLIContractTests {
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         if let directory { process.currentDirectoryURL = directory }
         process.standardOutput = out
-        process.standardError = err
+        process.standardError = standardError ?? err
         process.standardInput = FileHandle.nullDevice
         let status: Int32 = try await withCheckedThrowingContinuation { continuation in
             process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }

@@ -113,6 +113,26 @@ struct LoaderLocalURLTests {
         }
     }
 
+    /// A FIFO, a character device: no file to read an image from. Refused at once — opening
+    /// a FIFO nobody writes to would otherwise wait for ever, and `/dev/zero` never ends.
+    @Test(arguments: ["fifo", "/dev/zero"])
+    func aFIFOOrADeviceIsUnreadable(path: String) async throws {
+        defer { cleanUp() }
+        var url = URL(fileURLWithPath: path)
+        if path == "fifo" {
+            url = directory.appendingPathComponent("photo.jpg")
+            #expect(mkfifo(url.path, 0o600) == 0)
+        }
+        let error = await #expect(throws: DataLoader.Error.self) {
+            try await loader.loadData(for: URLRequest(url: url)) { _, _ in }
+        }
+        guard case .fileUnreadable(_, let reason)? = error else {
+            Issue.record("expected .fileUnreadable, got \(String(describing: error))")
+            return
+        }
+        #expect(reason == "not a regular file (a FIFO, socket or device)")
+    }
+
     @Test func throwingFromDidReceiveStopsAFileRead() async throws {
         defer { cleanUp() }
         struct Stop: Error {}

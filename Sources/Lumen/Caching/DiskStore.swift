@@ -95,7 +95,7 @@ struct DiskStore: Sendable {
     /// Reads and validates the entry `name`, touching its modification date (to `stamp()`) when
     /// it is at least `touchInterval` older than `now`; `now == nil` never touches.
     func readEntry(name: String, key: String, now: Date?, stamp: () -> Date = { Date() }, touchInterval: TimeInterval = 3600) throws -> ReadResult {
-        let fd = Self.openForReading(path(name))
+        let fd = POSIXFile.openForReading(path(name))
         if fd < 0 {
             if errno == ENOENT || errno == ENOTDIR { return .missing }
             throw IOError("open \(path(name))")
@@ -104,7 +104,7 @@ struct DiskStore: Sendable {
         var st = stat()
         guard fstat(fd, &st) == 0 else { throw IOError("fstat \(path(name))") }
         let inode = UInt64(st.st_ino)
-        if Self.isSpecialFile(st) { return .invalid(.notARegularFile, inode: inode) }
+        if POSIXFile.isSpecial(st) { return .invalid(.notARegularFile, inode: inode) }
         let size = Int(st.st_size)
         let modified = Self.modificationDate(st)
         let header: EntryFormat.Header
@@ -162,12 +162,12 @@ struct DiskStore: Sendable {
 
     /// The fixed header of entry `name` (for sweeps: no payload read).
     func scanEntry(name: String) -> Result<EntryFile, EntryFormat.Invalid>? {
-        let fd = Self.openForReading(path(name))
+        let fd = POSIXFile.openForReading(path(name))
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0 else { return nil }
-        if Self.isSpecialFile(st) { return .failure(.notARegularFile) }
+        if POSIXFile.isSpecial(st) { return .failure(.notARegularFile) }
         do {
             let header = try readHeader(fd, fileSize: Int(st.st_size))
             return .success(EntryFile(name: name, size: Int(st.st_size), modified: Self.modificationDate(st), storedAt: header.storedAt))
@@ -232,20 +232,6 @@ struct DiskStore: Sendable {
     }
 
     // MARK: Helpers
-
-    /// Opens `path` read-only without blocking: opening a FIFO for reading would otherwise wait
-    /// for a writer, forever (a FIFO under an entry's name would hang every read and sweep).
-    /// `O_NONBLOCK` changes nothing for the regular files read here.
-    private static func openForReading(_ path: String) -> Int32 {
-        open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-    }
-
-    /// Whether `st` is a FIFO, socket or device: never an entry, never read. (A directory is
-    /// left to the read, which fails with `EISDIR`, and to ``remove(name:)``.)
-    private static func isSpecialFile(_ st: stat) -> Bool {
-        let type = st.st_mode & S_IFMT
-        return type != S_IFREG && type != S_IFDIR
-    }
 
     private func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) throws {
         var offset = 0

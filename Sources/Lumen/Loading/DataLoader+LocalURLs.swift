@@ -2,6 +2,13 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// `file:` and `data:` URLs, loaded without the network.
 extension DataLoader {
@@ -42,20 +49,17 @@ extension DataLoader {
             throw Error.fileNotFound(url)
         }
         guard !isDirectory.boolValue else { throw Error.fileUnreadable(url, reason: "is a directory") }
-        let handle: FileHandle
-        do {
-            handle = try FileHandle(forReadingFrom: url)
-        } catch {
-            throw Error.fileUnreadable(url, reason: String(describing: error))
+        // Opened without blocking and checked on the descriptor: a FIFO would make the open wait
+        // for a writer (forever), and it, a socket or a device is no file to read an image from.
+        let fd = POSIXFile.openForReading(path)
+        guard fd >= 0 else { throw Error.fileUnreadable(url, reason: String(cString: strerror(errno))) }
+        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw Error.fileUnreadable(url, reason: String(cString: strerror(errno))) }
+        guard !POSIXFile.isSpecial(st) else {
+            throw Error.fileUnreadable(url, reason: "not a regular file (a FIFO, socket or device)")
         }
-        defer { try? handle.close() }
-        let size: Int64
-        do {
-            size = Int64(try handle.seekToEnd())
-            try handle.seek(toOffset: 0)
-        } catch {
-            throw Error.fileUnreadable(url, reason: String(describing: error))
-        }
+        let size = Int64(st.st_size)
         let response = URLResponse(
             url: url, mimeType: mimeType(forPathExtension: url.pathExtension),
             expectedContentLength: Int(size), textEncodingName: nil

@@ -1,0 +1,139 @@
+import Foundation
+import Lumen
+import LumenTestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+@testable import lumen
+
+// Nested in `CLIContractTests`, so `swift test --filter CLIContractTests` runs it.
+extension CLIContractTests {
+    /// `lumen thumbnail` against what surrounds it rather than what it loads: standard streams
+    /// that fail or lag, inputs that are no files, credentials in URLs, the summary's cache
+    /// hits when a cached entry had to be downloaded again. (Found by an independent
+    /// acceptance probe.)
+    @Suite(.timeLimit(.minutes(1)))
+    struct ThumbnailStreams {
+        /// Standard error that cannot be written (a full device): the failure line is lost, the
+        /// run is not — exit 1 and the summary, no crash.
+        @Test func aStandardErrorThatFailsNeverStopsTheRun() async throws {
+            let root = try CLIContractTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: root) }
+            let empty = root.appendingPathComponent("empty.png")
+            _ = FileManager.default.createFile(atPath: empty.path, contents: Data())
+            let full = try #require(FileHandle(forWritingAtPath: "/dev/full"))
+            let outcome = try await CLIContractTests.run(
+                ["thumbnail", empty.path, "--size", "10", "--output", root.appendingPathComponent("out").path, "--no-cache"],
+                standardError: full)
+            #expect(outcome.status == 1)
+            #expect(try CLIContractTests.summary(outcome.standardOutput) == Summary(done: 0, failed: 1, networkRequests: 0, cacheHits: 0))
+        }
+
+        /// A FIFO among the inputs is no file to read: it fails at once with a clear reason
+        /// (opening it would wait for a writer for ever), and the other input is done.
+        @Test func aFIFOInputFailsAtOnce() async throws {
+            let root = try CLIContractTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: root) }
+            let fifo = root.appendingPathComponent("fifo.jpg")
+            #expect(mkfifo(fifo.path, 0o600) == 0)
+            let image = root.appendingPathComponent("hopper.jpg")
+            try CLIContractTests.corpusData("hopper.jpg").write(to: image)
+            let outcome = try await CLIContractTests.run(
+                ["thumbnail", fifo.path, image.path, "--size", "16", "--output", root.appendingPathComponent("out").path, "--no-cache"])
+            #expect(outcome.status == 1)
+            #expect(try CLIContractTests.summary(outcome.standardOutput) == Summary(done: 1, failed: 1, networkRequests: 0, cacheHits: 0))
+            let lines = CLIContractTests.failureLines(for: fifo.path, in: outcome.standardError)
+            #expect(lines.count == 1 && lines[0].contains("not a regular file"), "\(outcome.standardError)")
+        }
+
+        /// Progress lines reach standard output when it is a pipe as each input ends, not when
+        /// the run exits: the first input's line is read while the second is still held by the
+        /// server.
+        @Test func progressLinesReachAPipeAsTheyArePrinted() async throws {
+            let server = try LoopbackServer()
+            defer { server.stop() }
+            server.serve(path: "/held.jpg", data: try CLIContractTests.corpusData("hopper.jpg"), contentType: "image/jpeg")
+            server.hold("/held.jpg")
+            let root = try CLIContractTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: root) }
+            let image = root.appendingPathComponent("local.jpg")
+            try CLIContractTests.corpusData("hopper.jpg").write(to: image)
+            let process = Process()
+            process.executableURL = try Executables.url("lumen")
+            process.arguments = ["thumbnail", image.path, server.url(for: "/held.jpg").absoluteString,
+                                 "--size", "16", "--output", root.appendingPathComponent("out").path, "--no-cache"]
+            let pipe = Pipe()
+            process.standardOutput = pipe
+            process.standardError = FileHandle.nullDevice
+            process.standardInput = FileHandle.nullDevice
+            let exited = AsyncStream<Int32>.makeStream()
+            process.terminationHandler = { exited.continuation.yield($0.terminationStatus) }
+            try process.run()
+            // Blocks until the line comes: without it the run never ends (the server holds).
+            let first = await Task.detached { () -> String in
+                var text = ""
+                while !text.contains("\n") {
+                    let chunk = pipe.fileHandleForReading.availableData
+                    if chunk.isEmpty { break }
+                    text += String(decoding: chunk, as: UTF8.self)
+                }
+                return text
+            }.value
+            #expect(first.hasPrefix("done 1/2: \(image.path) -> "), "\(first.debugDescription)")
+            server.release("/held.jpg")
+            _ = pipe.fileHandleForReading.readDataToEndOfFile()
+            var statuses = exited.stream.makeAsyncIterator()
+            #expect(await statuses.next() == 0)
+        }
+
+        /// A password in an input URL is never printed: the failure line names the URL with
+        /// `***` in its place.
+        @Test func aPasswordInAURLIsNotPrinted() async throws {
+            let server = try LoopbackServer()
+            defer { server.stop() }
+            let root = try CLIContractTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: root) }
+            let port = server.baseURL.port!
+            let input = "http://alice:s3cret@127.0.0.1:\(port)/missing.jpg"
+            let outcome = try await CLIContractTests.run(
+                ["thumbnail", input, "--size", "16", "--output", root.appendingPathComponent("out").path, "--no-cache"])
+            #expect(outcome.status == 1)
+            #expect(!outcome.standardOutput.contains("s3cret") && !outcome.standardError.contains("s3cret"), "\(outcome.standardError)")
+            let shown = "http://alice:***@127.0.0.1:\(port)/missing.jpg"
+            #expect(CLIContractTests.failureLines(for: shown, in: outcome.standardError).count == 1, "\(outcome.standardError)")
+            #expect(outcome.standardOutput.contains("failed 1/1: \(shown)"))
+        }
+
+        /// A cached entry the server must be asked about: a `304` is a cache hit (no body came
+        /// again), a new `200` is not — the summary's hits are what the cache saved.
+        @Test func aRevalidationCountsAsACacheHitOnlyWhenNotModified() async throws {
+            let server = try LoopbackServer()
+            defer { server.stop() }
+            let jpeg = try CLIContractTests.corpusData("hopper.jpg")
+            server.serve(path: "/validated.jpg", data: jpeg, contentType: "image/jpeg", etag: "\"v1\"", cacheControl: "max-age=0")
+            server.serve(path: "/unvalidated.jpg", data: jpeg, contentType: "image/jpeg", cacheControl: "no-cache")
+            let root = try CLIContractTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: root) }
+            let cache = root.appendingPathComponent("cache").path
+            func run(_ path: String) async throws -> Summary {
+                let outcome = try await CLIContractTests.run(
+                    ["thumbnail", server.url(for: path).absoluteString, "--size", "16", "--output", root.appendingPathComponent("out").path, "--cache", cache])
+                #expect(outcome.status == 0, "\(outcome.standardError)")
+                return try CLIContractTests.summary(outcome.standardOutput)
+            }
+            #expect(try await run("/validated.jpg") == Summary(done: 1, failed: 0, networkRequests: 1, cacheHits: 0))
+            #expect(try await run("/validated.jpg") == Summary(done: 1, failed: 0, networkRequests: 1, cacheHits: 1)) // 304
+            #expect(try await run("/unvalidated.jpg") == Summary(done: 1, failed: 0, networkRequests: 1, cacheHits: 0))
+            #expect(try await run("/unvalidated.jpg") == Summary(done: 1, failed: 0, networkRequests: 1, cacheHits: 0)) // a new 200
+        }
+
+        /// The progress bar fits the terminal: a line that wrapped could not be redrawn in place.
+        @Test(arguments: [nil, 80, 40, 20, 12, 8])
+        func theProgressBarFitsTheTerminal(columns: Int?) {
+            let bar = progressBar(7, of: 120, columns: columns)
+            if let columns { #expect(bar.count < columns, "\(bar)") } else { #expect(bar.count == 32 + " 7/120".count) }
+            #expect(bar.hasSuffix("7/120"))
+        }
+    }
+}
