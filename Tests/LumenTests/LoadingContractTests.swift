@@ -318,10 +318,17 @@ struct LoadingLocalContractTests {
         #expect(pipeline.metrics.localLoadsStarted == cases.count + 1)
     }
 
-    /// A file without a known size (a device that never ends) is limited while it streams.
-    @Test func aFileOfUnknownSizeIsLimitedWhileStreaming() async throws {
+    /// A device (one that never ends, here) is no file to load an image from: refused at
+    /// once as not a regular file, before any byte is read.
+    @Test func aDeviceIsRefusedAtOnce() async throws {
         let pipeline = httpPipeline(limit: 1 << 20)
         let error = await failure { try await pipeline.image(for: URL(fileURLWithPath: "/dev/zero")) }
-        #expect(error?.code == .dataTooLarge)
+        #expect(error?.code == .dataLoadingFailed)
+        guard case .fileUnreadable(_, let reason)? = error?.underlyingError as? DataLoader.Error else {
+            Issue.record("expected DataLoader.Error.fileUnreadable, got \(String(describing: error))")
+            return
+        }
+        #expect(reason == "not a regular file (a FIFO, socket or device)")
+        #expect(pipeline.metrics.bytesDownloaded == 0)
     }
 }
