@@ -63,8 +63,9 @@ public final class DataLoader: DataLoading, Sendable {
         case incompleteBody(expected: Int64, received: Int64)
         /// A `file:` URL names no file.
         case fileNotFound(URL)
-        /// A `file:` URL names something that cannot be read as a file (a directory, no
-        /// permission, an I/O error); `reason` says what happened.
+        /// A `file:` URL names something that cannot be read as a file (a directory; a FIFO,
+        /// socket or device, refused before any read; no permission; an I/O error); `reason`
+        /// says what happened.
         case fileUnreadable(URL, reason: String)
         /// A `data:` URL is malformed (no comma, bad base64, bad percent-escape).
         case invalidDataURL
