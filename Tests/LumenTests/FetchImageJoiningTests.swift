@@ -113,4 +113,104 @@ struct FetchImageJoiningTests {
         #expect(h.loader.cancelledCount == 0)
         #expect(h.loader.loadCount == 3)
     }
+
+    /// The bytes come to a model whose prefetch at the cell's size started after its fetch
+    /// (and joined that fetch): the model joins the prefetch's decode when its bytes arrive.
+    @Test func whenTheBytesComeTheModelJoinsADecodeWhoseBytesCameToo() async throws {
+        let h = PipelineHarness()
+        h.loader.isSuspended = true
+        let model = FetchImage(pipeline: h.pipeline)
+        model.displaySize(width: 100, height: 100) // 128
+        model.load(ImageRequest(url: PipelineURLs.a))
+        await h.loader.waitForLoads(1)
+        let prefetcher = ImagePrefetcher(pipeline: h.pipeline)
+        prefetcher.startPrefetching(with: [ImageRequest(url: PipelineURLs.a, thumbnail: .maxPixelSize(128))])
+        #expect(h.recorder.counts.subscriptions(.decode) == 1) // the prefetch's; the model has no bytes yet
+        let decodes = h.pipeline.configuration.decodingQueue
+        decodes.isSuspended = true
+        h.loader.resume()
+        await h.recorder.wait { $0.subscriptions(.decode) >= 2 }
+        #expect(h.recorder.counts.started(.decode) == 1 && h.recorder.counts.joined(.decode) == 1)
+        decodes.isSuspended = false
+        await waitUntil(model) { $0.phase.image != nil && !$0.isLoading }
+        await prefetcher.waitUntilIdle()
+        #expect(model.phase.image?.width == 128)
+        #expect(h.loader.loadCount == 1 && h.decoder.decodeCount == 1)
+    }
+
+    /// The model holds its bytes; a prefetch at its size started after the fetch had ended is
+    /// waiting for a download of its own. The model does not join that decode (it would wait
+    /// behind the download, and take its failure): it decodes its bytes.
+    @Test func aModelWithItsBytesNeverJoinsADecodeWaitingForADownload() async throws {
+        let fetched = DispatchSemaphore(value: 0)
+        let h = PipelineHarness { configuration in
+            let recorder = configuration.eventHandler
+            configuration.eventHandler = { event in
+                recorder?(event)
+                if case .completed(.fetch, _) = event { fetched.signal() }
+            }
+        }
+        h.loader.isSuspended = true
+        let model = FetchImage(pipeline: h.pipeline)
+        model.displaySize(width: 100, height: 100)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        await h.loader.waitForLoads(1)
+        h.loader.resume()
+        h.loader.isSuspended = true // the next download is held
+        Self.wait(fetched) // the fetch ended; the model (main actor, held here) has not seen it yet
+        let prefetcher = ImagePrefetcher(pipeline: h.pipeline)
+        prefetcher.startPrefetching(with: [ImageRequest(url: PipelineURLs.a, thumbnail: .maxPixelSize(128))])
+        await h.loader.waitForLoads(2)
+        await waitUntil(model) { $0.phase.image != nil && !$0.isLoading } // while the download is held
+        #expect(model.phase.image?.width == 128)
+        h.loader.resume()
+        await prefetcher.waitUntilIdle()
+        #expect(h.loader.loadCount == 2)
+    }
+
+    private nonisolated static func wait(_ semaphore: DispatchSemaphore) { semaphore.wait() }
+
+    /// A full-size prefetch too large for the memory cache: the model joins its decode (its
+    /// bytes are in) and makes its size from the image that decode made, not from memory —
+    /// no second download.
+    @Test func aJoinedFullSizeDecodeServesTheModelWhenMemoryRefusedTheImage() async throws {
+        let (loader, pipeline) = Photo.pipeline { configuration in
+            // 400×300 RGB is 360 KB: refused; the 128 px bucket (37 KB) is kept.
+            configuration.imageCache = ImageCache(costLimit: 1 << 20, entryCostLimit: 0.2)
+        }
+        let decodes = pipeline.configuration.decodingQueue
+        decodes.isSuspended = true
+        let prefetcher = ImagePrefetcher(pipeline: pipeline)
+        prefetcher.startPrefetching(with: [Photo.url])
+        await decodes.waitUntil { $0.pendingCount == 1 }
+        let model = FetchImage(pipeline: pipeline)
+        model.load(ImageRequest(url: Photo.url))
+        model.displaySize(width: 100, height: 100)
+        decodes.isSuspended = false
+        await waitUntil(model) { $0.phase.image != nil && !$0.isLoading }
+        #expect(model.phase.image?.width == 128)
+        await prefetcher.waitUntilIdle()
+        #expect(loader.loadCount == 1)
+        #expect(pipeline.metrics.memoryCacheRejectedOversize >= 1)
+        #expect(pipeline.metrics.resampledFromMemory == 1)
+    }
+
+    /// A full-size prefetch still downloading is not joined at full size: the model's fetch
+    /// joins the download and decodes its own size from the bytes. One download.
+    @Test func aFullSizeDecodeStillDownloadingIsNotJoinedTheDownloadIs() async throws {
+        let h = PipelineHarness()
+        h.loader.isSuspended = true
+        let prefetcher = ImagePrefetcher(pipeline: h.pipeline)
+        prefetcher.startPrefetching(with: [PipelineURLs.a])
+        await h.loader.waitForLoads(1)
+        let model = FetchImage(pipeline: h.pipeline)
+        model.load(ImageRequest(url: PipelineURLs.a))
+        #expect(h.recorder.counts.joined(.fetch) == 1 && h.recorder.counts.joined(.decode) == 0)
+        model.displaySize(width: 100, height: 100)
+        h.loader.resume()
+        await waitUntil(model) { $0.phase.image != nil && !$0.isLoading }
+        await prefetcher.waitUntilIdle()
+        #expect(model.phase.image?.width == 128)
+        #expect(h.loader.loadCount == 1)
+    }
 }

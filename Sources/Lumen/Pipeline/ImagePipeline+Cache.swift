@@ -8,26 +8,26 @@ extension ImagePipeline {
         graph.resamplableFullSizeImage(for: request)
     }
 
-    /// Whether a request at a decode size can be made by resampling `request`'s unprocessed
-    /// full-size image once a decode of it ends: the default decoder, and a memory cache the
-    /// request may read (where that decode leaves the image; see
-    /// ``resamplableFullSizeImage(for:)``).
-    func derivesFromFullSizeImage(_ request: ImageRequest) -> Bool {
-        graph.derivesFromFullSizeImage(request)
-    }
+    /// Whether a request at a decode size can be made by resampling a larger decode of the
+    /// image set as its ``ImageRequest/derivationSource`` (the default decoder).
+    var resamplesDerivationSources: Bool { graph.resamplesDerivationSources }
 
     /// An image task for `request` that joins work already running for its final image — a
     /// decode, or its last processing step, that it may join (a prefetch's, another
     /// request's) — or `nil`, starting nothing, when it would start work of its own. The look
-    /// and the subscription are one critical section: the work cannot end in between. For
+    /// and the subscription are one critical section: the work cannot end in between.
+    /// `requiringInput`: only a decode whose input is in hand (``WorkGraph/joinsRunningWork(_:keys:decodeKey:requiringInput:)``),
+    /// for a caller that holds the bytes and must not wait for another download. For
     /// ``FetchImage``, which decodes the bytes it holds itself unless someone already decodes
     /// the image at that size, and downloads them only if nobody is decoding the image.
-    func imageTaskJoiningRunningWork(for request: ImageRequest) -> ImageTask? {
+    func imageTaskJoiningRunningWork(for request: ImageRequest, requiringInput: Bool = false) -> ImageTask? {
         let finalKey = graph.caches.hasImageCache ? RequestCacheKeys.finalMemoryKey(request) : nil
         let keys = graph.requestKeys(for: request, finalMemoryKey: finalKey)
         let task = ImageTask(request: request, graph: graph)
         let joined = graph.sync {
-            guard !graph.isInvalidated, graph.joinsRunningWork(request, keys: keys, decodeKey: nil) else { return false }
+            guard !graph.isInvalidated, graph.joinsRunningWork(request, keys: keys, decodeKey: nil, requiringInput: requiringInput) else {
+                return false
+            }
             task.startLocked(keys: keys)
             return true
         }

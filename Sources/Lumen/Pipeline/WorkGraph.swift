@@ -257,11 +257,9 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         return container
     }
 
-    /// Whether a decode at a size of `request`'s image may be made by resampling its full-size
-    /// image from the memory cache (``resamplableFullSizeImage(for:)``), once that is there.
-    func derivesFromFullSizeImage(_ request: ImageRequest) -> Bool {
-        decoderIsDefault && caches.hasImageCache && CacheLayers.readsMemory(request.options)
-    }
+    /// Whether a decode at a size may be made by resampling a larger decode of the image given
+    /// as the request's ``ImageRequest/derivationSource``: with the default decoder.
+    var resamplesDerivationSources: Bool { decoderIsDefault }
 
     /// Whether a decode at a size may be made from `container` by resampling: with the default
     /// decoder, from a final still image. An entry that keeps its encoded bytes (stored by
@@ -319,14 +317,16 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
 
     /// Whether `request` would join running work for its final image rather than start new
     /// work: the pool holds a task for its top stage that it may join. `keys`: its keys when
-    /// made; else `decodeKey` (a request without processors). Must hold the lock.
-    func joinsRunningWork(_ request: ImageRequest, keys: RequestKeys?, decodeKey: DecodeKey?) -> Bool {
+    /// made; else `decodeKey` (a request without processors). `requiringInput`: only a decode
+    /// (no processors) whose input is in hand counts — not one still waiting for its fetch.
+    /// Must hold the lock.
+    func joinsRunningWork(_ request: ImageRequest, keys: RequestKeys?, decodeKey: DecodeKey?, requiringInput: Bool = false) -> Bool {
         guard configuration.isTaskCoalescingEnabled else { return false }
         if let keys, let last = keys.process.last {
-            return processPool[last]?.mayBeJoined(by: request) ?? false
+            return !requiringInput && processPool[last]?.mayBeJoined(by: request) ?? false
         }
-        guard let key = keys?.decode ?? decodeKey else { return false }
-        return runningDecodeTask(for: key, joinedBy: request) != nil
+        guard let key = keys?.decode ?? decodeKey, let task = runningDecodeTask(for: key, joinedBy: request) else { return false }
+        return !requiringInput || task.hasInput
     }
 
     /// The decode task running for `key` that `request` may join, when coalescing is on. Must

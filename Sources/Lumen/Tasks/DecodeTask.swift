@@ -14,10 +14,14 @@ final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded b
     /// ``WorkGraph/addPreviewReader()``): its length in the fetch's body, not the bytes (held,
     /// they would make the next chunk's append copy the whole body).
     @exclusivity(unchecked) var skippedPreview: (length: Int, urlResponse: URLResponse?)?
+    /// Whether what it decodes is in hand: the fetched bytes arrived, or it resamples a larger
+    /// decode. Until then it waits for its fetch (a download, say).
+    @exclusivity(unchecked) private(set) var hasInput: Bool
 
     init(graph: WorkGraph, request: ImageRequest, key: DecodeKey, cacheKeys: RequestCacheKeys?, isFinal: Bool, source: ImageContainer? = nil) {
         self.key = key
         self.source = source
+        self.hasInput = source != nil
         super.init(graph: graph, request: request, cacheKeys: cacheKeys, isFinal: isFinal, stage: .decode, readsDisk: source == nil)
     }
 
@@ -48,6 +52,7 @@ final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded b
                 fail(error)
             case .value(let fetched):
                 dependency = nil
+                hasInput = true
                 dropSkippedPreview()
                 supersedePreviews()
                 decode(fetched)

@@ -22,14 +22,17 @@ import FoundationNetworking
 ///    instead: one decode for both.
 ///
 /// **Joining a decode instead of downloading.** When the model has no bytes and nothing
-/// fetching them, and the pipeline is decoding the image already — its bytes downloaded for
-/// someone else, a prefetch say, whose decode is queued behind others — the model joins that
-/// decode rather than downloading the bytes again, and raises it to its own priority: at its
-/// size, whose image is then the model's; else at full size (the URL prefetched without a
-/// size), from which its size is then resampled (with the default decoder and a memory cache).
+/// fetching them, and the pipeline is decoding the image already for someone else — a
+/// prefetch, say, whose decode is queued behind others — the model joins that decode rather
+/// than downloading the bytes again, and raises it to its own priority: at its size, whose
+/// image is then the model's; else, when that decode's bytes are in, at full size (the URL
+/// prefetched without a size), from whose image its size is then resampled (with the default
+/// decoder). A full-size decode still waiting for its download is not joined: the model's
+/// fetch joins that download instead.
 ///
-/// The model keeps the bytes while it lives, so a size change after success re-decodes
-/// without downloading again, and a size change after success never cancels a download.
+/// When it fetched the bytes, the model keeps them while it lives, so a size change after
+/// success re-decodes without downloading again; a size change after success never cancels a
+/// download.
 /// Before anything is shown, a size that the memory cache already holds the image at, or
 /// that someone is decoding the image at, is shown from there, and the model's download is
 /// dropped, whichever of ``load(_:)`` and the first display size came first. The old image
@@ -114,6 +117,9 @@ public final class FetchImage {
     /// the model joined instead of downloading the bytes: once it ends, the model's size is
     /// made from the image it leaves in the memory cache.
     @ObservationIgnored private var fullSizeWait: ImageTask?
+    /// The image that joined full-size decode made, kept until the model made its own size
+    /// from it (it need not be in the memory cache: too large for it, or evicted).
+    @ObservationIgnored private var fullSizeSource: ImageContainer?
     /// The target of the image in ``phase``.
     @ObservationIgnored private var shownTarget: DecodeTarget?
 
@@ -136,6 +142,7 @@ public final class FetchImage {
     public func load(_ request: ImageRequest?) {
         cancelWork()
         fetched = nil
+        fullSizeSource = nil
         shownTarget = nil
         naturalMaxPixelSize = nil
         show(.empty)
@@ -163,6 +170,7 @@ public final class FetchImage {
     public func onDisappear() {
         isHidden = true
         cancelWork()
+        fullSizeSource = nil // a full-size image is too much to hold for a hidden view
     }
 
     /// Sets the display size in points and the display scale (pixels per point). Decodes (or
@@ -205,6 +213,10 @@ public final class FetchImage {
             }
             if shownTarget == nil || shownTarget != target {
                 if fullSizeWait != nil || makeWithoutBytes() || joinRunningDecode(for: target) { return }
+                // A stage stores its image in memory before it leaves its pool: one that
+                // finished between the first look and the join is found by a second look.
+                if let target, showCachedImage(for: target) { return }
+                if makeWithoutBytes() { return }
                 cancelDecoding()
                 startFetch()
             } else {
@@ -250,25 +262,26 @@ public final class FetchImage {
         } else if !decodesAtDisplaySize {
             return false
         }
-        guard pipeline.derivesFromFullSizeImage(request) else { return false }
+        guard pipeline.resamplesDerivationSources else { return false }
         request.thumbnail = nil
         request.processors = []
-        guard let joined = pipeline.imageTaskJoiningRunningWork(for: request) else { return false }
+        guard let joined = pipeline.imageTaskJoiningRunningWork(for: request, requiringInput: true) else { return false }
         cancelDecoding()
         fullSizeWait = joined
         Task { [weak self] in
-            _ = try? await joined.response
-            self?.didWaitForFullSize(joined)
+            let container = try? await joined.response.container
+            self?.didWaitForFullSize(joined, container: container)
         }
         updateIsLoading()
         return true
     }
 
-    /// The full-size decode the model joined ended: its size is made from the image in memory,
-    /// or — if that decode failed or the image is not in memory — from bytes it fetches.
-    private func didWaitForFullSize(_ task: ImageTask) {
+    /// The full-size decode the model joined ended: its size is made from that image, or — if
+    /// the decode failed — from bytes the model fetches.
+    private func didWaitForFullSize(_ task: ImageTask, container: ImageContainer?) {
         guard fullSizeWait === task else { return }
         fullSizeWait = nil
+        if let container, pipeline.canResample(container) { fullSizeSource = container }
         updateIsLoading()
         resume()
     }
@@ -288,19 +301,19 @@ public final class FetchImage {
     }
 
     /// Makes the image for the current target without the original bytes when a larger decode
-    /// of it is at hand — the full-size image in the memory cache, else the image shown (the
-    /// size shrank; resampling it twice may round a side one pixel differently from a direct
-    /// decode) — by an image task the pipeline answers by resampling it. With the size still
-    /// unknown, waits for it when the full-size image is in memory. Answers whether no fetch
-    /// is needed now.
+    /// of it is at hand — the full-size image in the memory cache or from a full-size decode
+    /// the model joined, else the image shown (the size shrank; resampling it twice may round
+    /// a side one pixel differently from a direct decode) — by an image task the pipeline
+    /// answers by resampling it. With the size still unknown, waits for it when a full-size
+    /// image is at hand. Answers whether no fetch is needed now.
     private func makeWithoutBytes() -> Bool {
         guard let request, fetched == nil else { return false }
         guard let target = currentTarget() else {
-            return decodesAtDisplaySize && pipeline.resamplableFullSizeImage(for: request) != nil
+            return decodesAtDisplaySize && (fullSizeSource != nil || pipeline.resamplableFullSizeImage(for: request) != nil)
         }
         guard let size = target.size, var sized = sizedRequest(target) else { return false }
         if decoding?.target == target { return true }
-        guard let source = pipeline.resamplableFullSizeImage(for: request) ?? shownImage(covering: size) else { return false }
+        guard let source = pipeline.resamplableFullSizeImage(for: request) ?? fullSizeSource ?? shownImage(covering: size) else { return false }
         sized.derivationSource = source
         startDecoding(sized, target: target)
         return true
@@ -384,7 +397,7 @@ public final class FetchImage {
         switch result {
         case .success(let (data, response)):
             fetched = (data, response)
-            decodeIfNeeded(joiningRunningDecode: true)
+            decodeIfNeeded()
         case .failure(let error):
             if error.code != .cancelled {
                 show(.failure(error))
@@ -407,11 +420,11 @@ public final class FetchImage {
     }
 
     /// Decodes the bytes held at the current target, unless the image shown fits it or the
-    /// memory cache has it. `joiningRunningDecode`: the bytes just came (from the fetch that
-    /// any decode of the image running now also reads), so a decode of the image at that size
-    /// running for someone else is joined rather than repeated. Not after that: a decode
-    /// started later may be waiting for a download of its own.
-    private func decodeIfNeeded(joiningRunningDecode: Bool = false) {
+    /// memory cache has it. A decode of the image at that size running for someone else whose
+    /// bytes are in too (those of the fetch the model shared, as a rule) is joined rather than
+    /// repeated — never one still waiting for a download, which the bytes held would only wait
+    /// behind.
+    private func decodeIfNeeded() {
         guard !isHidden, fetched != nil, let target = currentTarget() else { return }
         if target == shownTarget {
             // The image shown already fits: drop a decode for another size.
@@ -427,7 +440,8 @@ public final class FetchImage {
         }
         // Someone decodes the image at this size already (a prefetch at the cell's size): one
         // decode for both.
-        if joiningRunningDecode, let sized = sizedRequest(target), let joined = pipeline.imageTaskJoiningRunningWork(for: sized) {
+        if let sized = sizedRequest(target),
+           let joined = pipeline.imageTaskJoiningRunningWork(for: sized, requiringInput: true) {
             follow(joined, target: target)
             return
         }
@@ -485,7 +499,8 @@ public final class FetchImage {
         case .success(let response):
             let target = learnNaturalSize(from: response.image, target: decoding.target, request: &sized)
             shownTarget = target
-            show(ImageResponse(container: response.container, request: sized, urlResponse: fetched?.response, cacheType: response.cacheType))
+            fullSizeSource = nil
+            show(ImageResponse(container: response.container, request: sized, urlResponse: fetched?.response ?? response.urlResponse, cacheType: response.cacheType))
             decodeIfNeeded() // the size may have changed meanwhile
         case .failure(let error):
             if error.code != .cancelled {
