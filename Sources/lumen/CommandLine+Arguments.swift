@@ -74,11 +74,10 @@ func writeOut(_ text: String) {
     lumen_stdout_write(text)
 }
 
-/// Sets up the standard streams for a tool whose product is its files: a descriptor 0–2 that
-/// was closed is opened on `/dev/null` (or the next file opened would take its number and get
-/// the tool's messages); a reader of stdout or stderr that went away makes writes to it fail
-/// (`EPIPE`, dropped) instead of killing the process with `SIGPIPE`; stdout is line-buffered
-/// even when it is not a terminal, so each progress line reaches a pipe when it is printed.
+/// Sets up the standard streams: a descriptor 0–2 that was closed is opened on `/dev/null` (or
+/// the next file opened would take its number and get the tool's messages); stdout is
+/// line-buffered even when it is not a terminal, so each progress line reaches a pipe when it
+/// is printed.
 func prepareStandardStreams() {
     for descriptor in Int32(0)...2 where fcntl(descriptor, F_GETFD) == -1 {
         let opened = open("/dev/null", O_RDWR)
@@ -87,7 +86,6 @@ func prepareStandardStreams() {
             close(opened)
         }
     }
-    signal(SIGPIPE, SIG_IGN)
     lumen_stdout_line_buffered()
 }
 

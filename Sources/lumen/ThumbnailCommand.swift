@@ -74,12 +74,29 @@ enum ThumbnailCommand {
             return shown.count > 80 ? "\(shown.prefix(60))… (\(shown.count) characters)" : shown
         }
 
-        /// `text` with the password of the input's URL (`scheme://user:password@host/…`)
-        /// replaced by `***`, wherever it appears as in the URL: lines and error messages
-        /// that name the URL never show it.
+        /// `text` with the credentials of the input's URL (`scheme://user:password@host/…`)
+        /// replaced: the password by `***`, or a user without one (a token, as often as not)
+        /// entirely. Wherever they appear as typed or as the URL spells them (percent-encoded):
+        /// lines and error messages that name the URL never show them.
         func redacted(_ text: String) -> String {
-            guard let password = URLComponents(string: input)?.percentEncodedPassword, !password.isEmpty else { return text }
-            return text.replacingOccurrences(of: ":" + password + "@", with: ":***@")
+            var result = text
+            for spelling in [input, URL(string: input)?.absoluteString].compactMap({ $0 }) {
+                guard let userInfo = Self.userInfo(in: spelling) else { continue }
+                let hidden = userInfo.firstIndex(of: ":").map { userInfo[..<$0] + ":***" } ?? "***"
+                result = result.replacingOccurrences(of: "://" + userInfo + "@", with: "://" + hidden + "@")
+            }
+            return result
+        }
+
+        /// The user information of a URL as written: between `://` and the last `@` before the
+        /// first `/`, `?` or `#` after it; `nil` without one.
+        static func userInfo(in url: String) -> Substring? {
+            guard let schemeEnd = url.range(of: "://") else { return nil }
+            let rest = url[schemeEnd.upperBound...]
+            let authority = rest[..<(rest.firstIndex { "/?#".contains($0) } ?? rest.endIndex)]
+            guard let at = authority.lastIndex(of: "@") else { return nil }
+            let userInfo = authority[..<at]
+            return userInfo.isEmpty ? nil : userInfo
         }
     }
 
@@ -157,6 +174,9 @@ enum ThumbnailCommand {
     }
 
     static func run(_ argv: [String]) async -> Int32 {
+        // The thumbnails are the product, the lines only report on them: a reader of stdout
+        // or stderr that went away makes writes fail (`EPIPE`, dropped), not the run.
+        signal(SIGPIPE, SIG_IGN)
         let options: Options
         do {
             guard let parsed = try parse(argv) else { print(usage); return 0 }

@@ -388,7 +388,11 @@ final class UIModelRun {
         prefetching[prefetcher.destination]!.formUnion(uncached)
         if prefetcher.destination == .memoryCache { everMemoryPrefetched.formUnion(uncached) }
         // Cached requests are skipped: a batch of only cached ones leaves an idle prefetcher idle.
-        if wasIdle, uncached.isEmpty, !prefetcher.isIdle {
+        // Not for the corrupt URL on disk: a failing decode of it (a model's, the memory
+        // prefetcher's) removes its entry at any moment, also between the look above and the
+        // prefetcher's own.
+        let mayHaveLeftTheDisk = prefetcher.destination == .diskCache && corrupt.map(chosen.contains) == true
+        if wasIdle, uncached.isEmpty, !prefetcher.isIdle, !mayHaveLeftTheDisk {
             throw Violation(description: "\(label) prefetcher took cached \(cached.map(name))")
         }
     }
