@@ -410,7 +410,10 @@ enum ThumbnailCommand {
             request.processors = [ImageProcessors.Resize(size: (width, height), contentMode: .aspectFill, crop: true, upscale: true)]
         }
         let response = try await pipeline.image(for: request)
-        let encoded = try response.image.encode(as: encoding)
+        var image = response.image
+        // JPEG has no alpha: a transparent area shows white, not the colour its pixels store.
+        if case .jpeg = encoding { image = image.flattened(onto: (red: 255, green: 255, blue: 255)) }
+        let encoded = try image.encode(as: encoding)
         do {
             try encoded.write(to: URL(fileURLWithPath: plan.destination), options: .atomic)
         } catch {

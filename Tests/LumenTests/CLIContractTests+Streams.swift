@@ -139,5 +139,28 @@ extension CLIContractTests {
             if let columns { #expect(bar.count < columns, "\(bar)") } else { #expect(bar.count == 32 + " 7/120".count) }
             #expect(bar.hasSuffix("7/120"))
         }
+            /// A JPEG thumbnail of an image with transparency shows white where the image is
+        /// transparent (JPEG has no alpha), not the colour the transparent pixels store.
+        @Test func aJPEGThumbnailShowsWhereTheImageIsTransparentAsWhite() async throws {
+            let root = try CLIContractTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: root) }
+            // Left half opaque red, right half transparent black.
+            let (w, h) = (32, 16)
+            var pixels = [UInt8](repeating: 0, count: w * h * 4)
+            for y in 0..<h {
+                for x in 0..<(w / 2) { pixels.replaceSubrange((y * w + x) * 4..<(y * w + x) * 4 + 4, with: [255, 0, 0, 255]) }
+            }
+            let input = root.appendingPathComponent("half.png")
+            try Bitmap(width: w, height: h, format: .rgba8, pixels: pixels).encode(as: .png).write(to: input)
+            let output = root.appendingPathComponent("out")
+            let outcome = try await CLIContractTests.run(["thumbnail", input.path, "--size", "32", "--output", output.path, "--no-cache"])
+            #expect(outcome.status == 0, "\(outcome.standardError)")
+            let thumbnail = try ImageDecoder.decode(Data(contentsOf: output.appendingPathComponent("half.jpeg"))).bitmap
+            #expect(thumbnail.width == w && thumbnail.height == h)
+            let c = thumbnail.format.channels
+            func pixel(_ x: Int, _ y: Int) -> [Int] { (0..<3).map { Int(thumbnail.pixels[(y * w + x) * c + $0]) } }
+            #expect(pixel(28, 8).allSatisfy { $0 >= 245 }, "\(pixel(28, 8))") // transparent: white
+            #expect(pixel(4, 8)[0] >= 230 && pixel(4, 8)[1] <= 30, "\(pixel(4, 8))") // opaque: red
+        }
     }
 }
