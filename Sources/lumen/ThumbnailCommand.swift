@@ -3,7 +3,7 @@ import Lumen
 import Synchronization
 
 /// `lumen thumbnail <file or URL>... --size N [--fill] --output DIR [--format png|jpeg|webp]
-/// [--quality Q] [--concurrency N] [--cache DIR | --no-cache]`
+/// [--quality Q] [--concurrency N] [--timeout SECONDS] [--cache DIR | --no-cache]`
 ///
 /// Loads every input through an ``ImagePipeline`` (files and `file:`/`data:` URLs without the
 /// network, `http(s):` through its loader, downloaded bytes kept in a disk cache), decodes it
@@ -31,16 +31,21 @@ enum ThumbnailCommand {
     static let usage = """
         usage: lumen thumbnail <file or URL>... --size N [--fill] --output DIR
                                [--format png|jpeg|webp] [--quality Q] [--concurrency N]
-                               [--cache DIR | --no-cache]
+                               [--timeout SECONDS] [--cache DIR | --no-cache]
 
         Inputs are files or http(s):, file: or data: URLs (scheme in any case, #fragment
         ignored); repeated inputs are loaded once. Each thumbnail goes to DIR/<name>.<format>,
         <name> being the input's file name without extension and query ("image" for data:
         URLs); when distinct inputs share a name, the later ones in input order get <name>-2,
         <name>-3, ... A thumbnail never replaces an input file: it takes the next name.
+        --timeout bounds each download, start to end (default 600 seconds); a download that
+        takes longer fails that input ("timed out").
         """
 
     struct Options: Sendable {
+        /// `--timeout`'s default: the loaders' own resource timeout.
+        static let defaultTimeout: Double = 600
+
         var inputs: [String]
         var size: Int
         var fill: Bool
@@ -48,6 +53,8 @@ enum ThumbnailCommand {
         var format: String
         var quality: Int?
         var concurrency: Int
+        /// The longest a download may take, start to end, in seconds.
+        var timeout: Double = Self.defaultTimeout
         var cacheDirectory: String?
         var usesCache: Bool
     }
@@ -149,7 +156,7 @@ enum ThumbnailCommand {
 
     static func parse(_ argv: [String]) throws -> Options? {
         let args = try Arguments(
-            argv, valueOptions: ["size", "output", "format", "quality", "concurrency", "cache"],
+            argv, valueOptions: ["size", "output", "format", "quality", "concurrency", "timeout", "cache"],
             flagOptions: ["fill", "help", "no-cache"])
         if args.flag("help") || argv.contains("-h") { return nil }
         guard let size = try args.int("size", range: 1...65_535) else { throw UsageError("--size is required") }
@@ -166,11 +173,18 @@ enum ThumbnailCommand {
         if args.flag("no-cache") && args.string("cache") != nil {
             throw UsageError("--cache and --no-cache exclude each other")
         }
+        var timeout = Options.defaultTimeout
+        if let text = args.string("timeout") {
+            guard let seconds = Double(text), seconds.isFinite, seconds > 0, seconds <= 86_400 else {
+                throw UsageError("--timeout must be a number of seconds above 0 and at most 86400, got '\(text)'")
+            }
+            timeout = seconds
+        }
         return Options(
             inputs: args.positionals, size: size, fill: args.flag("fill"), output: output,
             format: format == "jpg" ? "jpeg" : format, quality: try args.int("quality", range: 1...100),
             concurrency: try args.int("concurrency", range: 1...1024) ?? ProcessInfo.processInfo.activeProcessorCount,
-            cacheDirectory: args.string("cache"), usesCache: !args.flag("no-cache"))
+            timeout: timeout, cacheDirectory: args.string("cache"), usesCache: !args.flag("no-cache"))
     }
 
     static func run(_ argv: [String]) async -> Int32 {
@@ -246,15 +260,12 @@ enum ThumbnailCommand {
         #if os(Linux)
         // The default loader there (libcurl directly: the URLs are anyone's, and a server can
         // make FoundationNetworking's URLSession trap), with a connection per decode.
-        loader = CurlDataLoader(maximumConnectionsPerHost: max(6, options.concurrency))
+        loader = CurlDataLoader(resourceTimeout: options.timeout, maximumConnectionsPerHost: max(6, options.concurrency))
         #else
-        if options.concurrency > 6 {
-            let session = DataLoader.defaultConfiguration
-            session.httpMaximumConnectionsPerHost = options.concurrency
-            loader = DataLoader(configuration: session)
-        } else {
-            loader = ImagePipeline.Configuration.makeDefaultDataLoader()
-        }
+        let session = DataLoader.defaultConfiguration
+        session.httpMaximumConnectionsPerHost = max(6, options.concurrency)
+        session.timeoutIntervalForResource = options.timeout
+        loader = DataLoader(configuration: session)
         #endif
         var configuration = ImagePipeline.Configuration(dataLoader: loader)
         configuration.decodingQueue = WorkQueue(name: "lumen.decode", maxConcurrentCount: options.concurrency, execution: .threads)

@@ -162,5 +162,33 @@ extension CLIContractTests {
             #expect(pixel(28, 8).allSatisfy { $0 >= 245 }, "\(pixel(28, 8))") // transparent: white
             #expect(pixel(4, 8)[0] >= 230 && pixel(4, 8)[1] <= 30, "\(pixel(4, 8))") // opaque: red
         }
+            /// `--timeout SECONDS` bounds each download from start to end: a server that stalls
+        /// mid-body fails that input (timed out), and the others are done.
+        @Test func aTimeoutEndsADownloadThatStalls() async throws {
+            let server = try LoopbackServer()
+            defer { server.stop() }
+            let jpeg = try CLIContractTests.corpusData("hopper.jpg")
+            server.serve(path: "/stalls.jpg", data: jpeg, contentType: "image/jpeg")
+            server.serve(path: "/fine.jpg", data: jpeg, contentType: "image/jpeg")
+            server.holdBody("/stalls.jpg", after: 1000)
+            let root = try CLIContractTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: root) }
+            let stalling = server.url(for: "/stalls.jpg").absoluteString
+            let outcome = try await CLIContractTests.run(
+                ["thumbnail", stalling, server.url(for: "/fine.jpg").absoluteString,
+                 "--size", "16", "--timeout", "0.5", "--output", root.appendingPathComponent("out").path, "--no-cache"])
+            server.releaseAll()
+            #expect(outcome.status == 1)
+            #expect(try CLIContractTests.summary(outcome.standardOutput) == Summary(done: 1, failed: 1, networkRequests: 2, cacheHits: 0))
+            let lines = CLIContractTests.failureLines(for: stalling, in: outcome.standardError)
+            #expect(lines.count == 1 && lines[0].contains("timed out"), "\(outcome.standardError)")
+        }
+
+        @Test(arguments: ["0", "-1", "abc", "inf", "nan", "86401"])
+        func aTimeoutMustBeAPositiveNumberOfSeconds(value: String) async throws {
+            let outcome = try await CLIContractTests.run(["thumbnail", "a.jpg", "--size", "16", "--output", "out", "--timeout", value])
+            #expect(outcome.status == 2)
+            #expect(outcome.standardError.contains("--timeout must be a number of seconds"), "\(outcome.standardError)")
+        }
     }
 }
