@@ -213,4 +213,24 @@ struct FetchImageJoiningTests {
         #expect(model.phase.image?.width == 128)
         #expect(h.loader.loadCount == 1)
     }
+
+    /// A request that may not read the memory cache is never shown from it — with the size
+    /// before or after `load` — and downloads the image again (as `pipeline.image(for:)` does).
+    @Test(arguments: [(ImageRequest.Options.disableMemoryCacheReads, true), (.disableMemoryCacheReads, false),
+                      (.reloadIgnoringCachedData, true), (.reloadIgnoringCachedData, false)])
+    func aRequestThatMayNotReadMemoryIsNotShownFromIt(options: ImageRequest.Options, sizeFirst: Bool) async throws {
+        let h = PipelineHarness()
+        _ = try await h.pipeline.image(for: ImageRequest(url: PipelineURLs.a, thumbnail: .maxPixelSize(128)))
+        #expect(h.loader.loadCount == 1)
+        let model = FetchImage(pipeline: h.pipeline)
+        let request = ImageRequest(url: PipelineURLs.a, options: options)
+        if sizeFirst { model.displaySize(width: 100, height: 100) }
+        model.load(request)
+        if !sizeFirst { model.displaySize(width: 100, height: 100) }
+        #expect(model.phase.image == nil) // not from memory, at once
+        await waitUntil(model) { $0.phase.image != nil && !$0.isLoading }
+        #expect(model.response?.cacheType != .memory)
+        #expect(model.phase.image?.width == 128)
+        #expect(h.loader.loadCount == 2)
+    }
 }

@@ -350,9 +350,11 @@ public final class FetchImage {
         return request
     }
 
-    /// Shows the memory cache's image for `target`, if it has one.
+    /// Shows the memory cache's image for `target`, if it has one and the request may read it
+    /// (not with `.disableMemoryCacheReads` or `.reloadIgnoringCachedData`).
     private func showCachedImage(for target: DecodeTarget) -> Bool {
-        guard var sized = sizedRequest(target), let container = pipeline.cache[sized] else { return false }
+        guard var sized = sizedRequest(target), CacheLayers.readsMemory(sized.options),
+              let container = pipeline.cache[sized] else { return false }
         let target = learnNaturalSize(from: container.image, target: target, request: &sized)
         show(ImageResponse(container: container, request: sized, cacheType: .memory))
         shownTarget = target
