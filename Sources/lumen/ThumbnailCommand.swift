@@ -83,24 +83,28 @@ enum ThumbnailCommand {
 
         /// `text` with the credentials of the input's URL (`scheme://user:password@host/…`)
         /// replaced: the password by `***`, or a user without one (a token, as often as not)
-        /// entirely. Wherever they appear as typed or as the URL spells them (percent-encoded):
-        /// lines and error messages that name the URL never show them.
+        /// entirely. Wherever they appear — as typed, as the URL spells them (percent-encoded),
+        /// in a path made of the input — lines and error messages that name the URL never show
+        /// them. An input that is no valid URL (a `/` in the password, say) hides everything
+        /// up to its last `@`.
         func redacted(_ text: String) -> String {
+            let isValid = (try? plan.get()) != nil
             var result = text
             for spelling in [input, URL(string: input)?.absoluteString].compactMap({ $0 }) {
-                guard let userInfo = Self.userInfo(in: spelling) else { continue }
+                guard let userInfo = Self.userInfo(in: spelling, upToLastAt: !isValid) else { continue }
                 let hidden = userInfo.firstIndex(of: ":").map { userInfo[..<$0] + ":***" } ?? "***"
-                result = result.replacingOccurrences(of: "://" + userInfo + "@", with: "://" + hidden + "@")
+                result = result.replacingOccurrences(of: userInfo + "@", with: hidden + "@")
             }
             return result
         }
 
-        /// The user information of a URL as written: between `://` and the last `@` before the
-        /// first `/`, `?` or `#` after it; `nil` without one.
-        static func userInfo(in url: String) -> Substring? {
-            guard let schemeEnd = url.range(of: "://") else { return nil }
-            let rest = url[schemeEnd.upperBound...]
-            let authority = rest[..<(rest.firstIndex { "/?#".contains($0) } ?? rest.endIndex)]
+        /// The user information of a URL as written: after `scheme:` and any slashes (libcurl
+        /// reads `http:/user:pw@host` as credentials too), up to the last `@` before the first
+        /// `/`, `?` or `#` — or, `upToLastAt`, before the first `?` or `#`. `nil` without one.
+        static func userInfo(in url: String, upToLastAt: Bool = false) -> Substring? {
+            guard let colon = url.firstIndex(of: ":"), ThumbnailCommand.scheme(url[..<colon]) != nil else { return nil }
+            let rest = url[url.index(after: colon)...].drop { $0 == "/" }
+            let authority = rest[..<(rest.firstIndex { (upToLastAt ? "?#" : "/?#").contains($0) } ?? rest.endIndex)]
             guard let at = authority.lastIndex(of: "@") else { return nil }
             let userInfo = authority[..<at]
             return userInfo.isEmpty ? nil : userInfo
@@ -377,6 +381,11 @@ enum ThumbnailCommand {
         guard var url = URL(string: scheme + ":" + rest.prefix { $0 != "#" }) else {
             throw InputError(description: "invalid URL")
         }
+        // `http:/host/a.jpg`, `http:///host/…`, `http:host/…`: no host as a URL reads them,
+        // though libcurl would find one (and credentials) in the path.
+        if scheme == "http" || scheme == "https", url.host?.isEmpty ?? true {
+            throw InputError(description: "invalid URL: no host (an \(scheme) URL is \(scheme)://host/path)")
+        }
         if scheme == "http" || scheme == "https",
            var components = URLComponents(url: url, resolvingAgainstBaseURL: false),
            let host = components.percentEncodedHost, host != host.lowercased() {
@@ -384,11 +393,13 @@ enum ThumbnailCommand {
             url = components.url ?? url
         }
         let isLocal = url.host.map { $0.isEmpty || $0.lowercased() == "localhost" } ?? true
-        return url.isFileURL && isLocal ? url.standardizedFileURL : url
+        guard url.isFileURL && isLocal else { return url }
+        // `file:img/a.jpg` (relative, not RFC 8089 but read so) is the file `img/a.jpg` names.
+        return (url.path.hasPrefix("/") ? url : URL(fileURLWithPath: url.path)).standardizedFileURL
     }
 
     /// `text` lowercased when it is a URL scheme (a letter, then letters, digits, `+`, `-`, `.`).
-    private static func scheme(_ text: Substring) -> String? {
+    static func scheme(_ text: Substring) -> String? {
         guard let first = text.first, first.isASCII, first.isLetter,
               text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "+-.".contains($0)) })
         else { return nil }

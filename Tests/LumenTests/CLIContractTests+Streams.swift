@@ -89,6 +89,43 @@ extension CLIContractTests {
             #expect(await statuses.next() == 0)
         }
 
+        /// Inputs a URL reads without a host, though libcurl would find one (and credentials)
+        /// in the path, fail as invalid before anything is sent; their passwords are never
+        /// printed, nor that of an input too malformed to be a URL (a `/` in the password).
+        @Test func lenientAndMalformedURLsFailWithoutShowingTheirPasswords() async throws {
+            let server = try LoopbackServer()
+            defer { server.stop() }
+            server.serve(path: "/a.png", data: try CLIContractTests.corpusData("transparent.png"), contentType: "image/png")
+            let root = try CLIContractTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: root) }
+            let port = server.baseURL.port!
+            let inputs = ["http:/u:SECRET1@127.0.0.1:\(port)/a.png", "http:///u:SECRET2@127.0.0.1:\(port)/a.png",
+                          "HTTPS:/u:SECRET3@127.0.0.1:\(port)/a.png", "http:u:SECRET4@127.0.0.1:\(port)/a.png",
+                          "http://user:pa/SECRET5@127.0.0.1:\(port)/a.png"]
+            let outcome = try await CLIContractTests.run(["thumbnail"] + inputs + ["--size", "16", "--output", root.appendingPathComponent("out").path, "--no-cache"])
+            #expect(outcome.status == 1)
+            #expect(try CLIContractTests.summary(outcome.standardOutput) == Summary(done: 0, failed: 5, networkRequests: 0, cacheHits: 0))
+            #expect(!(outcome.standardOutput + outcome.standardError).contains("SECRET"), "\(outcome.standardOutput)\n\(outcome.standardError)")
+            #expect(outcome.standardError.contains("http:/u:***@127.0.0.1:\(port)/a.png: invalid URL: no host"), "\(outcome.standardError)")
+            #expect(outcome.standardError.contains("http://user:***@127.0.0.1:\(port)/a.png: invalid URL"), "\(outcome.standardError)")
+            #expect(server.statistics.totalConnections == 0)
+        }
+
+        /// A relative `file:` URL names the file its path names from the working directory:
+        /// one input with that path, loaded once.
+        @Test func aRelativeFileURLIsTheFileItsPathNames() async throws {
+            let root = try CLIContractTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: root) }
+            try FileManager.default.createDirectory(at: root.appendingPathComponent("img"), withIntermediateDirectories: true)
+            try CLIContractTests.corpusData("hopper.jpg").write(to: root.appendingPathComponent("img/red.jpg"))
+            let outcome = try await CLIContractTests.run(
+                ["thumbnail", "img/red.jpg", "file:img/red.jpg", "--size", "16", "--output", "out", "--no-cache", "--concurrency", "1"],
+                directory: root)
+            #expect(outcome.status == 0, "\(outcome.standardError)")
+            #expect(try CLIContractTests.summary(outcome.standardOutput) == Summary(done: 2, failed: 0, networkRequests: 0, cacheHits: 0))
+            #expect(try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("out").path) == ["red.jpeg"])
+        }
+
         /// Credentials in an input URL are never printed: the failure line names the URL with
         /// `***` for the password — or for the whole user part when it has no password (a
         /// token) — also when the URL needs percent-encoding.

@@ -39,6 +39,20 @@ struct LoaderTests {
         #expect(server.statistics.totalRequests == 1)
     }
 
+    /// `http:/host/…`, `http:///host/…`, `http:host/…` name no host as `URL` reads them (and
+    /// as the pipeline keys them), though libcurl would find one — and credentials — in the
+    /// path: refused as `.badURL` before anything is sent.
+    @Test(arguments: LoaderKind.available, ["http:/u:pw@127.0.0.1:PORT/a.jpg", "http:///u:pw@127.0.0.1:PORT/a.jpg", "HTTPS:/127.0.0.1:PORT/a.jpg", "http:u:pw@127.0.0.1:PORT/a.jpg"])
+    func aURLWithoutAHostIsRefused(kind: LoaderKind, template: String) async throws {
+        server.serve(path: "/a.jpg", data: Data([1, 2, 3]), contentType: "image/jpeg")
+        let url = try #require(URL(string: template.replacingOccurrences(of: "PORT", with: "\(server.baseURL.port!)")))
+        let error = await #expect(throws: URLError.self) {
+            try await kind.make().loadData(for: URLRequest(url: url)) { _, _ in }
+        }
+        #expect(error?.code == .badURL, "\(String(describing: error))")
+        #expect(server.statistics.totalConnections == 0)
+    }
+
     @Test(arguments: LoaderKind.available)
     func chunksArriveWhileTheDownloadIsStillRunning(kind: LoaderKind) async throws {
         let loader = kind.make()

@@ -215,6 +215,11 @@ public final class DataLoader: DataLoading, Sendable {
         didReceive: @Sendable (Data, URLResponse) throws -> Void
     ) async throws -> URLResponse {
         try Task.checkCancellation()
+        // `http:/host/a.jpg`, `http:///host/…`: no host as `URL` reads them (nor as the
+        // pipeline keys them), though the transport may find one — and credentials — in the path.
+        if let url = request.url, ["http", "https"].contains(url.scheme?.lowercased()), url.host?.isEmpty ?? true {
+            throw URLError(.badURL, userInfo: [NSLocalizedDescriptionKey: "the URL has no host (http://host/path)"])
+        }
         #if canImport(FoundationNetworking)
         // FoundationNetworking answers from the session's `URLCache` whatever the request's
         // cache policy says; a request that ignores the local cache (what a pipeline with a
