@@ -99,12 +99,19 @@ enum ThumbnailCommand {
         }
 
         /// The user information of a URL as written: after `scheme:` and any slashes (libcurl
-        /// reads `http:/user:pw@host` as credentials too), up to the last `@` before the first
-        /// `/`, `?` or `#` — or, `upToLastAt`, before the first `?` or `#`. `nil` without one.
-        static func userInfo(in url: String, upToLastAt: Bool = false) -> Substring? {
-            guard let colon = url.firstIndex(of: ":"), ThumbnailCommand.scheme(url[..<colon]) != nil else { return nil }
-            let rest = url[url.index(after: colon)...].drop { $0 == "/" }
-            let authority = rest[..<(rest.firstIndex { (upToLastAt ? "?#" : "/?#").contains($0) } ?? rest.endIndex)]
+        /// reads `http:/user:pw@host` as credentials too) — or after the first `://` of a file
+        /// path that holds a URL (` http://…`, `dir/http://…`) — up to the last `@` before the
+        /// first `/`, `?` or `#`; `upToLastAt`, up to the last `@` of all. `nil` without one.
+        static func userInfo(in text: String, upToLastAt: Bool = false) -> Substring? {
+            let rest: Substring
+            if let colon = text.firstIndex(of: ":"), ThumbnailCommand.scheme(text[..<colon]) != nil {
+                rest = text[text.index(after: colon)...].drop { $0 == "/" }
+            } else if let separator = text.range(of: "://") {
+                rest = text[separator.upperBound...]
+            } else {
+                return nil
+            }
+            let authority = upToLastAt ? rest : rest[..<(rest.firstIndex { "/?#".contains($0) } ?? rest.endIndex)]
             guard let at = authority.lastIndex(of: "@") else { return nil }
             let userInfo = authority[..<at]
             return userInfo.isEmpty ? nil : userInfo
