@@ -76,7 +76,7 @@ public final class MockDataLoader: DataLoading {
     /// waiting for the count to reach a value.
     private struct Tally {
         private(set) var count = 0
-        private var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        private var waiters: [(id: Int, count: Int, continuation: CheckedContinuation<Void, Never>)] = []
 
         /// Adds one; returns the waiters it satisfies (resume them after unlocking).
         mutating func increment() -> [CheckedContinuation<Void, Never>] {
@@ -86,11 +86,18 @@ public final class MockDataLoader: DataLoading {
             return ready
         }
 
-        /// `true` when the count already reached `target`; otherwise keeps `continuation`.
-        mutating func isReached(_ target: Int, orKeep continuation: CheckedContinuation<Void, Never>) -> Bool {
+        /// `true` when the count already reached `target`; otherwise keeps `continuation`
+        /// under `id`.
+        mutating func isReached(_ target: Int, id: Int, orKeep continuation: CheckedContinuation<Void, Never>) -> Bool {
             if count >= target { return true }
-            waiters.append((target, continuation))
+            waiters.append((id, target, continuation))
             return false
+        }
+
+        /// Takes the waiter kept under `id`, if it still waits (resume it after unlocking).
+        mutating func remove(_ id: Int) -> CheckedContinuation<Void, Never>? {
+            guard let index = waiters.firstIndex(where: { $0.id == id }) else { return nil }
+            return waiters.remove(at: index).continuation
         }
     }
 
@@ -104,6 +111,7 @@ public final class MockDataLoader: DataLoading {
         var loadCounts: [URL: Int] = [:]
         var requestedURLs: [URL] = []
         var cancellations = Tally()
+        var nextWaiterID = 0
         var held: [Int: CheckedContinuation<Void, any Error>] = [:]
         var cancelledHolds: Set<Int> = []
         var nextHold = 0
@@ -238,10 +246,23 @@ public final class MockDataLoader: DataLoading {
         await wait(until: \.cancellations, reaches: count)
     }
 
-    /// Returns once `tally` has counted at least `count`.
-    private func wait(until tally: WritableKeyPath<State, Tally>, reaches count: Int) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            if state.withLock({ $0[keyPath: tally].isReached(count, orKeep: continuation) }) { continuation.resume() }
+    /// Returns once `tally` has counted at least `count`, or once the calling task is cancelled
+    /// (a test's time limit, say: a count never reached must not outlive the test).
+    private func wait(until tally: WritableKeyPath<State, Tally> & Sendable, reaches count: Int) async {
+        let id = state.withLock { state in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                // Cancellation is read under the lock: a cancel after this look finds the waiter.
+                let isDue = state.withLock { state in
+                    Task.isCancelled || state[keyPath: tally].isReached(count, id: id, orKeep: continuation)
+                }
+                if isDue { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLock { $0[keyPath: tally].remove(id) }?.resume()
         }
     }
 
