@@ -76,28 +76,12 @@ public final class MockDataLoader: DataLoading {
     /// waiting for the count to reach a value.
     private struct Tally {
         private(set) var count = 0
-        private var waiters: [(id: Int, count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        var waiters = ConditionWaiters<Int>()
 
         /// Adds one; returns the waiters it satisfies (resume them after unlocking).
         mutating func increment() -> [CheckedContinuation<Void, Never>] {
             count += 1
-            let ready = waiters.filter { $0.count <= count }.map(\.continuation)
-            waiters.removeAll { $0.count <= count }
-            return ready
-        }
-
-        /// `true` when the count already reached `target`; otherwise keeps `continuation`
-        /// under `id`.
-        mutating func isReached(_ target: Int, id: Int, orKeep continuation: CheckedContinuation<Void, Never>) -> Bool {
-            if count >= target { return true }
-            waiters.append((id, target, continuation))
-            return false
-        }
-
-        /// Takes the waiter kept under `id`, if it still waits (resume it after unlocking).
-        mutating func remove(_ id: Int) -> CheckedContinuation<Void, Never>? {
-            guard let index = waiters.firstIndex(where: { $0.id == id }) else { return nil }
-            return waiters.remove(at: index).continuation
+            return waiters.takeSatisfied(by: count)
         }
     }
 
@@ -111,7 +95,6 @@ public final class MockDataLoader: DataLoading {
         var loadCounts: [URL: Int] = [:]
         var requestedURLs: [URL] = []
         var cancellations = Tally()
-        var nextWaiterID = 0
         var held: [Int: CheckedContinuation<Void, any Error>] = [:]
         var cancelledHolds: Set<Int> = []
         var nextHold = 0
@@ -194,9 +177,10 @@ public final class MockDataLoader: DataLoading {
     /// Chunks the pipeline has taken so far (its callback returned), over all loads.
     public var deliveredChunkCount: Int { state.withLock { $0.deliveredChunks.count } }
 
-    /// Returns once the pipeline has taken at least `count` chunks, over all loads.
+    /// Returns once the pipeline has taken at least `count` chunks, over all loads, or once
+    /// the calling task is cancelled.
     public func waitForChunks(_ count: Int) async {
-        await wait(until: \.deliveredChunks, reaches: count)
+        await ConditionWaiters.wait(in: state, \.deliveredChunks.waiters, value: \.deliveredChunks.count) { $0 >= count }
     }
 
     /// While `true`, started loads wait (counted, holding no data) until ``resume()``.
@@ -236,34 +220,15 @@ public final class MockDataLoader: DataLoading {
     /// Loads waiting for ``resume()``.
     public var heldCount: Int { state.withLock { $0.held.count } }
 
-    /// Returns once at least `count` loads have started.
+    /// Returns once at least `count` loads have started, or once the calling task is cancelled.
     public func waitForLoads(_ count: Int) async {
-        await wait(until: \.loads, reaches: count)
+        await ConditionWaiters.wait(in: state, \.loads.waiters, value: \.loads.count) { $0 >= count }
     }
 
-    /// Returns once at least `count` loads have ended by cancellation.
+    /// Returns once at least `count` loads have ended by cancellation, or once the calling
+    /// task is cancelled.
     public func waitForCancellations(_ count: Int) async {
-        await wait(until: \.cancellations, reaches: count)
-    }
-
-    /// Returns once `tally` has counted at least `count`, or once the calling task is cancelled
-    /// (a test's time limit, say: a count never reached must not outlive the test).
-    private func wait(until tally: WritableKeyPath<State, Tally> & Sendable, reaches count: Int) async {
-        let id = state.withLock { state in
-            state.nextWaiterID += 1
-            return state.nextWaiterID
-        }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                // Cancellation is read under the lock: a cancel after this look finds the waiter.
-                let isDue = state.withLock { state in
-                    Task.isCancelled || state[keyPath: tally].isReached(count, id: id, orKeep: continuation)
-                }
-                if isDue { continuation.resume() }
-            }
-        } onCancel: {
-            state.withLock { $0[keyPath: tally].remove(id) }?.resume()
-        }
+        await ConditionWaiters.wait(in: state, \.cancellations.waiters, value: \.cancellations.count) { $0 >= count }
     }
 
     // MARK: - DataLoading

@@ -142,15 +142,10 @@ public final class PipelineEventRecorder: Sendable {
         public func subscriptions(_ stage: ImagePipeline.Stage) -> Int { started(stage) + joined(stage) }
     }
 
-    private struct Waiter {
-        var condition: @Sendable (Counts) -> Bool
-        var continuation: CheckedContinuation<Void, Never>
-    }
-
     private struct State {
         var counts = Counts()
         var events: [ImagePipeline.Event] = []
-        var waiters: [Waiter] = []
+        var waiters = ConditionWaiters<Counts>()
     }
 
     private let state = Mutex(State())
@@ -169,16 +164,10 @@ public final class PipelineEventRecorder: Sendable {
     /// Every event so far, in the order they were reported.
     public var events: [ImagePipeline.Event] { state.withLock { $0.events } }
 
-    /// Returns once the counts satisfy `condition` (at once if they already do).
+    /// Returns once the counts satisfy `condition` (at once if they already do), or once the
+    /// calling task is cancelled.
     public func wait(until condition: @escaping @Sendable (Counts) -> Bool) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let ready = state.withLock { state in
-                if condition(state.counts) { return true }
-                state.waiters.append(Waiter(condition: condition, continuation: continuation))
-                return false
-            }
-            if ready { continuation.resume() }
-        }
+        await ConditionWaiters.wait(in: state, \.waiters, value: \.counts, until: condition)
     }
 
     private func record(_ event: ImagePipeline.Event) {
@@ -194,11 +183,8 @@ public final class PipelineEventRecorder: Sendable {
         let ready = state.withLock { state in
             state.events.append(event)
             state.counts.values["\(name).\(event.stage)", default: 0] += 1
-            let counts = state.counts
-            let ready = state.waiters.filter { $0.condition(counts) }
-            state.waiters.removeAll { $0.condition(counts) }
-            return ready
+            return state.waiters.takeSatisfied(by: state.counts)
         }
-        ready.forEach { $0.continuation.resume() }
+        ready.forEach { $0.resume() }
     }
 }

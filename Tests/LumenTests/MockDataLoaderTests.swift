@@ -3,7 +3,8 @@ import Testing
 import Lumen
 import LumenTestSupport
 
-/// `MockDataLoader`'s waits, which tests of users' own code lean on too.
+/// The waits of `MockDataLoader` and `PipelineEventRecorder`, which tests of users' own code
+/// lean on too.
 @Suite(.timeLimit(.minutes(1)))
 struct MockDataLoaderTests {
     /// A wait for a count never reached returns when its task is cancelled — a test's time
@@ -19,6 +20,7 @@ struct MockDataLoaderTests {
             await loader.waitForLoads(1)
             await loader.waitForCancellations(1)
             await loader.waitForChunks(1)
+            await PipelineEventRecorder().wait { $0.started(.fetch) >= 1 }
         }
         var iterator = started.stream.makeAsyncIterator()
         _ = await iterator.next()
