@@ -30,10 +30,10 @@ final class ProgressReporter: Sendable {
             if isTerminal {
                 // Lines go above the bar: clear its line, print, draw it again.
                 if let reason {
-                    write("\r\u{1B}[K")
+                    writeOut("\r\u{1B}[K")
                     printError("\(input): \(reason)")
                 } else if let plan, plan.sharesName {
-                    write("\r\u{1B}[K\(input) -> \(destination)\n")
+                    writeOut("\r\u{1B}[K\(input) -> \(destination)\n")
                 }
                 drawBar(count)
             } else if let reason {
@@ -49,14 +49,10 @@ final class ProgressReporter: Sendable {
     var counts: (done: Int, failed: Int) { state.withLock { $0 } }
 
     func close() {
-        if isTerminal { write("\n") }
+        if isTerminal { writeOut("\n") }
     }
 
     private func drawBar(_ count: Int) {
-        write("\r" + progressBar(count, of: total, columns: standardOutputColumns))
-    }
-
-    private func write(_ text: String) {
-        writeOut(text)
+        writeOut("\r" + progressBar(count, of: total, columns: standardOutputColumns))
     }
 }

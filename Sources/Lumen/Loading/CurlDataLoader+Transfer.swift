@@ -57,11 +57,7 @@ extension CurlDataLoader {
             identifier: Int, request: URLRequest, settings: Settings, validator: @escaping DataLoader.Validator,
             continuation: AsyncThrowingStream<TransferEvent, any Error>.Continuation
         ) throws {
-            // `http:/host/a.jpg`, `http:///host/…`: no host as `URL` reads them (nor as the
-            // pipeline keys them), though libcurl would find one — and credentials — in the path.
-            guard let host = request.url?.host, !host.isEmpty else {
-                throw URLError(.badURL, userInfo: [NSLocalizedDescriptionKey: "the URL has no host (http://host/path)"])
-            }
+            try DataLoader.requireHost(request.url)
             // Methods are case-sensitive (RFC 9110 §9.1); URLSession sends them as given too.
             let method = request.httpMethod ?? "GET"
             guard !method.isEmpty, method.utf8.allSatisfy(Self.isTokenByte) else {

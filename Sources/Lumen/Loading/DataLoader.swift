@@ -198,6 +198,17 @@ public final class DataLoader: DataLoading, Sendable {
             || request.value(forHTTPHeaderField: "If-Modified-Since") != nil
     }
 
+    /// Throws `URLError(.badURL)` for an `http(s)` URL without a host as `URL` reads it —
+    /// `http:/host/a.jpg`, `http:///host/…` — though libcurl would find one, and credentials,
+    /// in the path (nor does the pipeline key it by that host). Both loaders' check before
+    /// anything is sent.
+    static func requireHost(_ url: URL?) throws {
+        guard let url, ["http", "https"].contains(url.scheme?.lowercased()) else { return }
+        guard let host = url.host, !host.isEmpty else {
+            throw URLError(.badURL, userInfo: [NSLocalizedDescriptionKey: "the URL has no host (http://host/path)"])
+        }
+    }
+
     /// Loads `request`: `file:` and `data:` URLs locally, anything else through the session.
     /// See the type's documentation for cancellation, validation and errors.
     public func loadData(
@@ -215,11 +226,7 @@ public final class DataLoader: DataLoading, Sendable {
         didReceive: @Sendable (Data, URLResponse) throws -> Void
     ) async throws -> URLResponse {
         try Task.checkCancellation()
-        // `http:/host/a.jpg`, `http:///host/…`: no host as `URL` reads them (nor as the
-        // pipeline keys them), though the transport may find one — and credentials — in the path.
-        if let url = request.url, ["http", "https"].contains(url.scheme?.lowercased()), url.host?.isEmpty ?? true {
-            throw URLError(.badURL, userInfo: [NSLocalizedDescriptionKey: "the URL has no host (http://host/path)"])
-        }
+        try Self.requireHost(request.url)
         #if canImport(FoundationNetworking)
         // FoundationNetworking answers from the session's `URLCache` whatever the request's
         // cache policy says; a request that ignores the local cache (what a pipeline with a

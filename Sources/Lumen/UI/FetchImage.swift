@@ -115,7 +115,7 @@ public final class FetchImage {
     @ObservationIgnored private var decoding: (target: DecodeTarget, task: ImageTask)?
     /// A decode of the full-size image, running for someone else (a prefetch of the URL), that
     /// the model joined instead of downloading the bytes: once it ends, the model's size is
-    /// made from the image it leaves in the memory cache.
+    /// made from the image it made (``fullSizeSource``).
     @ObservationIgnored private var fullSizeWait: ImageTask?
     /// The image that joined full-size decode made, kept until the model made its own size
     /// from it (it need not be in the memory cache: too large for it, or evicted).
