@@ -28,6 +28,7 @@ let package = Package(
     products: [
         .library(name: "Lumen", targets: ["Lumen"]),
         .library(name: "LumenTestSupport", targets: ["LumenTestSupport"]),
+        .library(name: "LumenServer", targets: ["LumenServer"]),
         .executable(name: "lumen", targets: ["lumen"]),
     ],
     targets: [
@@ -40,6 +41,7 @@ let package = Package(
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CIsal", pkgConfig: "libisal", providers: [.apt(["libisal-dev"])]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         // Small C shim for what Swift cannot call directly (function-like macros), and the
         // C loops that libraries leave to their callers (PNG rows inflated with ISA-L).
         .target(name: "CLumenShim", dependencies: ["CTurboJPEG", "CSpng", "CWebP", "CGif", "CLcms2", "CIsal"]),
@@ -57,10 +59,15 @@ let package = Package(
             .target(name: "CCurl", condition: .when(platforms: [.linux])),
             .target(name: "CLumenCurl", condition: .when(platforms: [.linux])),
         ]),
+        // Typed wrappers for libmicrohttpd's variadic calls (the server's HTTP layer).
+        .target(name: "CLumenHTTPD", dependencies: ["CMicroHTTPD"]),
+        // `lumen serve` as a library: signed image URLs over one shared pipeline, served
+        // through libmicrohttpd behind a small internal protocol.
+        .target(name: "LumenServer", dependencies: ["Lumen", "CCrypto", "CMicroHTTPD", "CLumenHTTPD"]),
         // Test doubles shipped for Lumen's users: fake data loader, loopback HTTP server.
         .target(name: "LumenTestSupport", dependencies: ["Lumen"]),
         // The command-line tool: demo, thumbnail, bench. A thin client of the public API.
-        .executableTarget(name: "lumen", dependencies: ["Lumen", "LumenTestSupport", "CLumenShim"]),
+        .executableTarget(name: "lumen", dependencies: ["Lumen", "LumenServer", "LumenTestSupport", "CLumenShim"]),
         // A second process for the disk cache's cross-process tests.
         .executableTarget(name: "lumen-cache-probe", dependencies: ["Lumen", "LumenTestSupport"]),
         .testTarget(name: "LumenImagingTests", dependencies: ["LumenImaging"], swiftSettings: imagingSettings),
@@ -68,5 +75,6 @@ let package = Package(
             "Lumen", "LumenTestSupport", "lumen-cache-probe", "lumen",
             .target(name: "CLumenTLSProxy", condition: .when(platforms: [.linux])),
         ]),
+        .testTarget(name: "LumenServerTests", dependencies: ["LumenServer", "Lumen", "LumenTestSupport", "lumen"]),
     ] + extraTargets
 )

@@ -14,6 +14,7 @@ packages=(
     libssl-dev          # OpenSSL libcrypto: SHA-256 names for disk-cache entries
     libcurl4-openssl-dev # libcurl: CurlDataLoader, HTTP through libcurl's multi interface
     ca-certificates     # the CA store libcurl verifies https servers against (only recommended by libcurl)
+    libmicrohttpd-dev   # libmicrohttpd: the HTTP layer of LumenServer (`lumen serve`)
 )
 if [ "${LUMEN_HEIF:-0}" = "1" ]; then
     packages+=(libheif-dev)

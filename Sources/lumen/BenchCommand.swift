@@ -8,6 +8,9 @@ enum BenchCommand {
     static let scenarios = ["decode", "coalesce", "overhead", "cache", "feed"]
 
     static func run(_ argv: [String]) async -> Int32 {
+        // The server benchmark is named on its own (it starts a server; `lumen bench` alone
+        // runs the library's scenarios).
+        if argv.first == "serve" { return await BenchServe.run(Array(argv.dropFirst())) }
         let args: Arguments
         let iterations: Int
         let count: Int

@@ -9,8 +9,11 @@ let usage = """
     commands:
       demo        replay a scrolling feed through Lumen and a naive loader, side by side (--quick, --seed N, --json, --output DIR)
       thumbnail   make thumbnails of image files or URLs (lumen thumbnail --help)
+      serve       the image server: GET /{signature}/{options}/{source} (lumen serve --help)
+      sign        print the signed path for a source and options (lumen sign --help)
       bench       side-by-side benchmarks: lumen bench [decode|coalesce|overhead|cache|feed]... [--json] [--iterations N] [--count N]
                   (feed: [--quick] [--seed N], the demo's trace options)
+                  lumen bench serve [--json]: the image server under distinct, burst and hot workloads
     """
 
 /// Runs an async command on the global executor while the main thread waits. The main thread
@@ -40,6 +43,10 @@ case "demo":
     exit(DemoCommand.run(rest))
 case "thumbnail":
     exit(runBlocking { await ThumbnailCommand.run(rest) })
+case "serve":
+    exit(runBlocking { await ServeCommand.run(rest) })
+case "sign":
+    exit(SignCommand.run(rest))
 case "bench":
     exit(runBlocking { await BenchCommand.run(rest) })
 case "bench-child":

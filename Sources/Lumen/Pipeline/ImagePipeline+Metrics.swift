@@ -43,6 +43,9 @@ extension ImagePipeline {
 
     /// A snapshot of what the pipeline has done since it was created.
     public struct Metrics: Sendable, Hashable {
+        /// All counters at zero.
+        public init() {}
+
         /// Counters for one stage.
         public struct StageMetrics: Sendable, Hashable {
             /// New work started (a new task in the stage's pool).
