@@ -2,7 +2,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <string.h>
-#include <strings.h>
 
 // The identity unescaper: libmicrohttpd percent-decodes the path by default, but a signature
 // covers the path as sent, and `plain/` sources are decoded by Lumen itself, once.
@@ -73,19 +72,4 @@ void lumen_httpd_client_address(struct MHD_Connection *connection, char *buffer,
     } else if (address->sa_family == AF_INET6) {
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)address)->sin6_addr, buffer, (socklen_t)length);
     }
-}
-
-struct lumen_httpd_count { const char *name; unsigned int count; };
-
-static enum MHD_Result lumen_httpd_count_header(void *context, enum MHD_ValueKind kind, const char *key, const char *value) {
-    (void)kind; (void)value;
-    struct lumen_httpd_count *count = context;
-    if (key && strcasecmp(key, count->name) == 0) count->count += 1;
-    return MHD_YES;
-}
-
-unsigned int lumen_httpd_header_count(struct MHD_Connection *connection, const char *name) {
-    struct lumen_httpd_count count = { name, 0 };
-    MHD_get_connection_values(connection, MHD_HEADER_KIND, lumen_httpd_count_header, &count);
-    return count.count;
 }

@@ -41,8 +41,5 @@ uint16_t lumen_httpd_port(struct MHD_Daemon *daemon);
 /// unknown.
 void lumen_httpd_client_address(struct MHD_Connection *connection, char *buffer, size_t length);
 
-/// The number of headers named `name` (case-insensitive) the request carries: a request with
-/// two `Content-Length` headers is refused, and libmicrohttpd's lookup sees only the first.
-unsigned int lumen_httpd_header_count(struct MHD_Connection *connection, const char *name);
 
 #endif

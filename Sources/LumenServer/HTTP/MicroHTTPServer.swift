@@ -16,7 +16,7 @@ final class MicroHTTPServer: HTTPServing, Sendable {
     /// What the C callbacks reach through their context pointer; retained by the daemon
     /// (released once it has stopped).
     private let core: Core
-    /// The daemon; `nil` once stopped. Guarded by `core.state`'s lock where it changes.
+    /// The daemon; `nil` once stopped.
     private let daemon: Mutex<Daemon?>
     let port: Int
     struct Daemon: @unchecked Sendable { let pointer: OpaquePointer } // libmicrohttpd's handle: thread-safe calls only
@@ -76,7 +76,7 @@ extension MicroHTTPServer {
         let request: HTTPRequest
         let started: Double
         let connection: Connection
-        /// The answer, once there is one; guarded by the server's `state` lock.
+        /// The answer, once there is one.
         let response = Mutex<HTTPResponse?>(nil)
         init(request: HTTPRequest, connection: Connection) {
             self.request = request
@@ -131,7 +131,7 @@ extension MicroHTTPServer {
             context.pointee = Unmanaged.passRetained(exchange).toOpaque()
             state.withLock { $0.inFlight += 1 }
             if bareLF { return queue(.error(400, "the request line ends in a bare LF, not CR LF"), for: exchange) }
-            if let refusal = Self.bodyRefusal(exchange.request, connection: connection) {
+            if let refusal = Self.bodyRefusal(exchange.request) {
                 return queue(refusal, for: exchange)
             }
             return MHD_Result.YES
@@ -231,8 +231,8 @@ extension MicroHTTPServer {
     private struct HeaderList { var items: [(name: String, value: String)] = [] }
 
     /// A request that announces a body, or two lengths, is refused before any of it is read.
-    private static func bodyRefusal(_ request: HTTPRequest, connection: OpaquePointer) -> HTTPResponse? {
-        if lumen_httpd_header_count(connection, "Content-Length") > 1 {
+    private static func bodyRefusal(_ request: HTTPRequest) -> HTTPResponse? {
+        if request.headerCount("Content-Length") > 1 {
             return .error(400, "more than one Content-Length header")
         }
         if request.header("Transfer-Encoding") != nil {

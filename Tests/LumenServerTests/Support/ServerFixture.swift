@@ -15,7 +15,7 @@ final class ServerFixture: @unchecked Sendable { // set up once, then read only
     static let keyHex = "736563726574"
     static let saltHex = "68656c6c6f"
 
-    init(signed: Bool = true, start: Bool = true, _ configure: (inout ImageServer.Configuration) -> Void = { _ in }) throws {
+    init(signed: Bool = true, _ configure: (inout ImageServer.Configuration) -> Void = { _ in }) throws {
         origin = try LoopbackServer()
         signer = try URLSigner(keyHex: Self.keyHex, saltHex: Self.saltHex)
         var configuration = ImageServer.Configuration()
