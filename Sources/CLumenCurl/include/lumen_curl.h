@@ -33,4 +33,17 @@ CURLcode lumen_curl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value);
 /// `curl_easy_getinfo` for a `CURLINFO_STRING` item; the string belongs to the handle.
 CURLcode lumen_curl_easy_getinfo_string(CURL *handle, CURLINFO info, const char **value);
 
+/// `curl_easy_setopt` for `CURLOPT_OPENSOCKETFUNCTION` (CurlDataLoader's connection policy:
+/// the callback sees each resolved address before any connection to it).
+CURLcode lumen_curl_easy_setopt_opensocket_callback(CURL *handle, curl_opensocket_callback callback);
+
+/// The address `address` names, as network-order bytes in `bytes`: returns 4 for IPv4, 16 for
+/// IPv6, 0 for any other family or a truncated address. (Reading `struct sockaddr_in6` out of
+/// the `struct sockaddr` libcurl embeds is a cast in C, a dance of rebinding in Swift.)
+int lumen_curl_sockaddr_bytes(const struct curl_sockaddr *address, unsigned char bytes[16]);
+
+/// Opens the socket libcurl asked for in `address`, close-on-exec (libcurl's own opener
+/// does the same, and a child process must not inherit a connection).
+curl_socket_t lumen_curl_open_socket(const struct curl_sockaddr *address);
+
 #endif

@@ -16,6 +16,8 @@ extension CurlDataLoader {
         var maximumRedirects: Int
         var userAgent: String?
         var trustedCertificates: URL?
+        /// Checked on every socket libcurl opens; nil for no check.
+        var connectionPolicy: ConnectionPolicy?
     }
 
     /// An easy handle and what its callbacks collect. Created on the caller's thread, then
@@ -48,6 +50,10 @@ extension CurlDataLoader {
         /// What ended the transfer from a callback (the validator's error); the callback then
         /// returns an error to libcurl, which stops the transfer.
         private var failure: (any Error)?
+        private let connectionPolicy: ConnectionPolicy?
+        /// The address the policy refused at the last socket libcurl asked for (nil once a
+        /// later one was allowed): when the transfer then fails to connect, this is why.
+        private var refusedAddress: String?
 
         /// Sets up an easy handle for `request` (an `http` or `https` URL).
         /// - Throws: `URLError(.unsupportedURL)` for a body stream (`httpBodyStream`),
@@ -89,6 +95,7 @@ extension CurlDataLoader {
             self.easy = easy
             self.continuation = continuation
             self.validator = validator
+            self.connectionPolicy = settings.connectionPolicy
             let wait = request.timeoutInterval != 60 ? request.timeoutInterval : settings.requestTimeout
             idleLimit = wait
             idleLimitNanoseconds = wait > 0 && wait.isFinite ? UInt64((wait * 1e9).rounded(.up)) : nil
@@ -120,6 +127,20 @@ extension CurlDataLoader {
             }
             if let milliseconds = Self.milliseconds(settings.resourceTimeout) {
                 _ = lumen_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, milliseconds)
+            }
+            if settings.connectionPolicy != nil {
+                // The policy judges the address connected to, which would be a proxy's: with
+                // one, no proxy, whatever the environment says ("" turns `CURLOPT_PROXY` and
+                // `*_proxy` off; `NOPROXY` "*" is belt and braces).
+                _ = lumen_curl_easy_setopt_string(easy, CURLOPT_PROXY, "")
+                _ = lumen_curl_easy_setopt_string(easy, CURLOPT_NOPROXY, "*")
+                // Every socket, for the first request and each redirect, after DNS: the
+                // resolved address, not the URL's spelling of it, is what gets checked.
+                _ = lumen_curl_easy_setopt_pointer(easy, CURLOPT_OPENSOCKETDATA, user)
+                _ = lumen_curl_easy_setopt_opensocket_callback(easy) { user, _, address in
+                    let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+                    return transfer.openSocket(address!)
+                }
             }
             _ = lumen_curl_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer)
             _ = lumen_curl_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, Self.receiveBufferSize)
@@ -228,6 +249,21 @@ extension CurlDataLoader {
             return accept(ended)
         }
 
+        /// Opens the socket libcurl asks for when the policy allows `address`; otherwise opens
+        /// nothing (no connection is attempted) and libcurl fails with `CURLE_COULDNT_CONNECT`,
+        /// or tries the host's next address.
+        private func openSocket(_ address: UnsafeMutablePointer<curl_sockaddr>) -> curl_socket_t {
+            let refused: String? = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 16) { buffer in
+                let count = Int(lumen_curl_sockaddr_bytes(address, buffer.baseAddress!))
+                // Only an IPv4 or IPv6 address can be judged; anything else is refused.
+                guard let ip = IPAddress(bytes: buffer.prefix(count)) else { return "an address of family \(address.pointee.family)" }
+                return connectionPolicy?.allows(ip) == false ? ip.description : nil
+            }
+            refusedAddress = refused
+            guard refused == nil else { return -1 }  // CURL_SOCKET_BAD
+            return lumen_curl_open_socket(address)
+        }
+
         /// A piece of the body, decoded (libcurl undoes the content encoding).
         private func receiveBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
             lastActivity = DispatchTime.now().uptimeNanoseconds
@@ -287,7 +323,9 @@ extension CurlDataLoader {
         /// libcurl's error `code` as the error `DataLoader` throws for the same failure.
         private func error(for code: CURLcode) -> any Error {
             switch code {
-            case CURLE_COULDNT_CONNECT: return urlError(.cannotConnectToHost, code: code)
+            case CURLE_COULDNT_CONNECT:
+                if let refusedAddress { return DataLoader.Error.addressRefused(refusedAddress) }
+                return urlError(.cannotConnectToHost, code: code)
             case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY: return urlError(.cannotFindHost, code: code)
             case CURLE_OPERATION_TIMEDOUT: return urlError(.timedOut, code: code)
             case CURLE_TOO_MANY_REDIRECTS: return urlError(.httpTooManyRedirects, code: code)
@@ -325,70 +363,6 @@ extension CurlDataLoader {
             var info: [String: Any] = [NSLocalizedDescriptionKey: description]
             if let url = request.url { info[NSURLErrorFailingURLErrorKey] = url }
             return URLError(code, userInfo: info)
-        }
-    }
-
-    /// Collects the header lines of one response head at a time, starting afresh at each
-    /// status line (an interim `1xx` response or a redirect is a head of its own).
-    struct HeaderBlock {
-        /// A complete head: the status line's parts and the fields in order.
-        struct Head: Equatable {
-            var status: Int
-            var version: String
-            var fields: [(name: String, value: String)]
-
-            /// The first value of the field `name` (any case).
-            func field(_ name: String) -> String? {
-                fields.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
-            }
-
-            /// The fields by name, repeated ones joined with ", " (as `HTTPURLResponse` keeps them).
-            var joinedFields: [String: String] {
-                var joined: [String: String] = [:]
-                var names: [String: String] = [:]  // lowercased → first spelling
-                for (name, value) in fields {
-                    let key = names[name.lowercased(), default: name]
-                    names[name.lowercased()] = key
-                    joined[key] = joined[key].map { $0 + ", " + value } ?? value
-                }
-                return joined
-            }
-
-            static func == (a: Head, b: Head) -> Bool {
-                a.status == b.status && a.version == b.version
-                    && a.fields.map(\.name) == b.fields.map(\.name) && a.fields.map(\.value) == b.fields.map(\.value)
-            }
-        }
-
-        private var current: Head?
-
-        /// Takes one header line (with or without its line end); returns the head when `line`
-        /// is the blank line that ends it. Lines before any status line are ignored.
-        mutating func feed(_ line: String) -> Head? {
-            var text = Substring(line)
-            // (`"\r\n"` is one `Character`: `isNewline` catches it, and a lone `"\n"` or `"\r"`.)
-            while let last = text.last, last.isNewline { text = text.dropLast() }
-            if text.hasPrefix("HTTP/") {
-                let parts = text.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true)
-                let status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
-                current = Head(status: status, version: String(parts.first ?? "HTTP/1.1"), fields: [])
-                return nil
-            }
-            guard current != nil else { return nil }
-            if text.isEmpty {
-                defer { current = nil }
-                return current
-            }
-            if let first = text.first, first == " " || first == "\t", !current!.fields.isEmpty {
-                // An obsolete folded line continues the previous field's value.
-                current!.fields[current!.fields.count - 1].value += " " + text.trimmingCharacters(in: .whitespaces)
-                return nil
-            }
-            guard let colon = text.firstIndex(of: ":") else { return nil }
-            let name = String(text[..<colon]).trimmingCharacters(in: .whitespaces)
-            let value = String(text[text.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
-            if !name.isEmpty { current!.fields.append((name, value)) }
-            return nil
         }
     }
 }

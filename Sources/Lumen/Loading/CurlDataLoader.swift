@@ -42,14 +42,18 @@ import FoundationNetworking
 ///   `.cannotDecodeContentData`, `.httpTooManyRedirects`; anything else `.unknown` with
 ///   libcurl's message as its description), ``DataLoader/Error/incompleteBody(expected:received:)``
 ///   for a body cut short of its `Content-Length`, ``DataLoader/Error/statusCode(_:_:)`` from
-///   the default validator.
+///   the default validator, ``DataLoader/Error/addressRefused(_:)`` for an address the
+///   `connectionPolicy` refused.
+/// - Connection policy: for a server that loads URLs strangers give it, pass a
+///   ``ConnectionPolicy``: each address is checked after DNS and before any connection, for
+///   redirects too, and proxies are turned off (see `init`).
 /// - Timeouts: `requestTimeout` (or a request's own `timeoutInterval`, when it is not the
 ///   default 60 s) bounds each wait for bytes, fractions of a second included (the loader
 ///   keeps it itself, from the last byte received); `resourceTimeout` bounds the whole load,
 ///   redirects included. Both throw `URLError(.timedOut)`. Both count from the moment the
 ///   loader's thread takes the load, so a wait for a free connection (past the 6 per host)
 ///   counts too.
-/// - Redirects: followed, at most 20, within `http` and `https` only: a `Location` naming
+/// - Redirects: followed, at most `maximumRedirects` (default 20), within `http` and `https` only: a `Location` naming
 ///   `file:`, `data:`, `ftp:` or any other scheme fails with `URLError(.unsupportedURL)`
 ///   without a second request. libcurl resolves a relative `Location` as RFC 3986 says and
 ///   drops `Authorization` and `Cookie` on a redirect to another host.
@@ -68,7 +72,8 @@ import FoundationNetworking
 /// revalidates them), no cookie storage and no credential store (a request carries its own
 /// `Cookie` or `Authorization` header, sent as given; a user and password in the URL are sent
 /// as Basic authentication, to that host only), and no proxy settings or client certificates:
-/// libcurl's defaults apply (the `http_proxy`/`https_proxy` environment variables). Servers
+/// libcurl's defaults apply (the `http_proxy`/`https_proxy` environment variables), except
+/// with a `connectionPolicy`, which turns proxies off. Servers
 /// are checked against the system's CA store, or the certificates given as
 /// `trustedCertificates`. It is the default loader on Linux (see
 /// ``ImagePipeline/Configuration/makeDefaultDataLoader()``).
@@ -94,8 +99,11 @@ public final class CurlDataLoader: DataLoading, Sendable {
     /// The default of ``maximumConnectionsPerHost``: 6, as `URLSession`'s.
     public static let defaultMaximumConnectionsPerHost = 6
 
-    /// The most redirects one load follows.
+    /// The default of the most redirects one load follows (see `init`'s `maximumRedirects`).
     public static let maximumRedirects = 20
+
+    /// Which addresses loads may connect to; nil when every address is.
+    public var connectionPolicy: ConnectionPolicy? { settings.connectionPolicy }
 
     /// The `User-Agent` sent with a request that has none of its own.
     public var userAgent: String? { settings.userAgent }
@@ -133,6 +141,20 @@ public final class CurlDataLoader: DataLoading, Sendable {
     ///     servers against in place of the system's store (a private CA, say); nil (the
     ///     default) for the system's. A server whose certificate they do not vouch for fails
     ///     with `URLError(.serverCertificateUntrusted)`.
+    ///   - connectionPolicy: when given, every address libcurl is about to connect to (after
+    ///     DNS, for the first request and for every redirect; each address of a host that has
+    ///     several) is checked with ``ConnectionPolicy/allows(_:)`` before any connection to
+    ///     it: a refused one fails the load with ``DataLoader/Error/addressRefused(_:)``
+    ///     unless libcurl reaches another address of the host. Numeric hosts however spelled
+    ///     (`http://2130706434/`, `http://0x7f.2/`, `http://[::ffff:127.0.0.2]/`) are checked
+    ///     as the address they name. With a policy the proxy environment variables
+    ///     (`http_proxy`, `https_proxy`, `all_proxy`) are ignored, so that the address checked
+    ///     is the real destination's, not a proxy's. Nil (the default): no check, proxies as
+    ///     libcurl's defaults say. A connection kept alive from an earlier load is reused
+    ///     without a second check (it was checked when it was opened).
+    ///   - maximumRedirects: the most redirects one load follows (default
+    ///     ``maximumRedirects``, 20); one more fails with `URLError(.httpTooManyRedirects)`.
+    ///     0 follows none: a redirect is then the response.
     ///   - validate: called with each final HTTP response head; the default is
     ///     ``DataLoader/validate(_:_:)``.
     public init(
@@ -142,12 +164,15 @@ public final class CurlDataLoader: DataLoading, Sendable {
         allowsLocalFiles: Bool = true,
         userAgent: String? = CurlDataLoader.defaultUserAgent,
         trustedCertificates: URL? = nil,
+        connectionPolicy: ConnectionPolicy? = nil,
+        maximumRedirects: Int = CurlDataLoader.maximumRedirects,
         validate: @escaping DataLoader.Validator = DataLoader.validate
     ) {
         self.settings = Settings(
-            requestTimeout: requestTimeout, resourceTimeout: resourceTimeout, maximumRedirects: Self.maximumRedirects,
-            userAgent: userAgent, trustedCertificates: trustedCertificates
+            requestTimeout: requestTimeout, resourceTimeout: resourceTimeout, maximumRedirects: maximumRedirects,
+            userAgent: userAgent, trustedCertificates: trustedCertificates, connectionPolicy: connectionPolicy
         )
+        precondition(maximumRedirects >= 0, "CurlDataLoader: maximumRedirects must not be negative")
         self.allowsLocalFiles = allowsLocalFiles
         self.validator = validate
         precondition(maximumConnectionsPerHost > 0, "CurlDataLoader: maximumConnectionsPerHost must be positive")

@@ -72,6 +72,10 @@ public final class DataLoader: DataLoading, Sendable {
         /// A `file:` URL was refused because the loader was created with
         /// `allowsLocalFiles: false`.
         case localFileAccessDenied(URL)
+        /// A connection to this address (its canonical text, `"127.0.0.2"` or `"::1"`) was
+        /// refused by the loader's ``ConnectionPolicy`` before it was attempted. Carries the
+        /// address only, never the URL, which may hold credentials.
+        case addressRefused(String)
 
         /// The HTTP status, for `.statusCode`.
         public var statusCode: Int? {
@@ -94,6 +98,8 @@ public final class DataLoader: DataLoading, Sendable {
                 "Cannot read \(url.path): \(reason)"
             case .invalidDataURL:
                 "Malformed data: URL"
+            case .addressRefused(let address):
+                "Connection to \(address) refused by the connection policy"
             }
         }
     }
