@@ -23,8 +23,8 @@ extension ImagePipeline {
         /// The disk cache of bytes (original data and, by ``dataCachePolicy``, encoded processed
         /// images). Default `nil` (off); set `DataCache(name: "images")` to keep bytes under
         /// `$XDG_CACHE_HOME/lumen/images` with HTTP revalidation. Read and written off the
-        /// graph's owner: original bytes are read on a decoding worker (where their decode
-        /// follows), everything else on the data-loading queue's tasks.
+        /// graph's owner: every read (original bytes, processed images) runs on a decoding
+        /// worker, where its decode follows, never behind downloads in the data-loading queue.
         public var dataCache: (any DataCaching)?
         /// What is written to ``dataCache``. Default ``DataCachePolicy/storeOriginalData``.
         public var dataCachePolicy: DataCachePolicy

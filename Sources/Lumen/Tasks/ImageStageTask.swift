@@ -47,8 +47,10 @@ class ImageStageTask: SharedTask<ImageResult>, @unchecked Sendable { // state gu
             startBelow()
             return
         }
-        // Disk I/O never runs under the graph's lock: read on the data-loading queue.
-        let queue = graph.configuration.dataLoadingQueue
+        // Disk I/O never runs under the graph's lock, and never waits behind downloads: read on
+        // a decoding worker (as the fetch stage reads original bytes), never in a data-loading
+        // slot, which stalled downloads may hold for as long as they stall.
+        let queue = graph.configuration.decodingQueue
         let item = queue.enqueue(priority: priority, cancelLater: graph.cancelAfterUnlock) { [self] in
             let caches = graph.caches
             if let entry = caches.cachedData(for: key), caches.isFresh(entry.metadata) {

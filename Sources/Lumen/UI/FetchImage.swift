@@ -12,9 +12,11 @@ import FoundationNetworking
 /// 1. ``load(_:)`` starts fetching the original bytes at once (``ImagePipeline/dataTask(with:)``:
 ///    the pipeline's shared fetch stage, so it joins a running prefetch or another cell's
 ///    download of the same image).
-/// 2. ``displaySize(width:height:scale:)`` tells the model how big the image is shown. The
-///    decode size is the display size in pixels rounded up to 64-pixel buckets (see
-///    ``DisplaySize``) and never above the image's natural size once that is known.
+/// 2. ``displaySize(width:height:scale:contentMode:)`` tells the model how big the image is
+///    shown, and whether it fits the size or fills it. The decode size covers the displayed
+///    side — the longest for a fit, both for a fill — in pixels rounded up to 64-pixel buckets
+///    (see ``DisplaySize/decodeSize``), and is never above the image's natural size once that
+///    is known.
 /// 3. Once both the bytes and the size are in hand, the image is decoded — once — through the
 ///    pipeline's decode stage (shared with other models showing the same image at the same
 ///    bucket, and stored in the memory cache). A decode of the image at that size already
@@ -71,12 +73,14 @@ public final class FetchImage {
     /// The latest display size, `nil` until one is given.
     public private(set) var currentDisplaySize: DisplaySize?
     /// The longest side of the image's natural size, once a decode revealed it.
-    public private(set) var naturalMaxPixelSize: Int?
+    public internal(set) var naturalMaxPixelSize: Int?
+    /// The image's natural size (width and height), once a decode revealed the whole image.
+    @ObservationIgnored var naturalPixelSize: (width: Int, height: Int)?
 
     /// The pipeline that loads the images.
     @ObservationIgnored public let pipeline: ImagePipeline
 
-    /// Whether decoding waits for a display size (see ``displaySize(width:height:scale:)``).
+    /// Whether decoding waits for a display size (see ``displaySize(width:height:scale:contentMode:)``).
     /// When `false`, the request's own ``ImageRequest/thumbnail`` (or the full size) is
     /// decoded as soon as the bytes arrive. Default `true`.
     @ObservationIgnored public var decodesAtDisplaySize = true
@@ -103,7 +107,7 @@ public final class FetchImage {
     }
 
     /// What the model decodes at: the request's own size (`size` as given) or a display size.
-    private struct DecodeTarget: Equatable {
+    struct DecodeTarget: Equatable {
         var size: DecodeSize?
     }
 
@@ -145,6 +149,7 @@ public final class FetchImage {
         fullSizeSource = nil
         shownTarget = nil
         naturalMaxPixelSize = nil
+        naturalPixelSize = nil
         show(.empty)
         self.request = request
         resume()
@@ -173,14 +178,15 @@ public final class FetchImage {
         fullSizeSource = nil // a full-size image is too much to hold for a hidden view
     }
 
-    /// Sets the display size in points and the display scale (pixels per point). Decodes (or
-    /// re-decodes) once the bytes are in hand if the bucketed size differs from the image
-    /// shown; an empty size is ignored. See ``DisplaySize`` for the bucket rule.
-    public func displaySize(width: Double, height: Double, scale: Double = 1) {
-        displaySize(DisplaySize(width: width, height: height, scale: scale))
+    /// Sets the display size in points, the display scale (pixels per point) and how the view
+    /// fills it (`.aspectFit` by default; `.aspectFill` for a view that is `scaledToFill`).
+    /// Decodes (or re-decodes) once the bytes are in hand if the bucketed size differs from the
+    /// image shown; an empty size is ignored. See ``DisplaySize`` for the bucket rule.
+    public func displaySize(width: Double, height: Double, scale: Double = 1, contentMode: ContentMode = .aspectFit) {
+        displaySize(DisplaySize(width: width, height: height, scale: scale, contentMode: contentMode))
     }
 
-    /// Sets the display size (see ``displaySize(width:height:scale:)``).
+    /// Sets the display size (see ``displaySize(width:height:scale:contentMode:)``).
     public func displaySize(_ size: DisplaySize) {
         guard !size.isEmpty, size != currentDisplaySize else { return }
         currentDisplaySize = size
@@ -331,25 +337,6 @@ public final class FetchImage {
         return response.container
     }
 
-    /// The decode size wanted now; `nil` while waiting for a display size.
-    private func currentTarget() -> DecodeTarget? {
-        guard let request else { return nil }
-        if request.thumbnail != nil || !decodesAtDisplaySize {
-            return DecodeTarget(size: request.thumbnail)
-        }
-        guard let currentDisplaySize else { return nil }
-        var maxPixelSize = currentDisplaySize.bucketedMaxPixelSize
-        if let natural = naturalMaxPixelSize, natural <= maxPixelSize { maxPixelSize = natural }
-        return DecodeTarget(size: .maxPixelSize(maxPixelSize))
-    }
-
-    private func sizedRequest(_ target: DecodeTarget) -> ImageRequest? {
-        guard var request else { return nil }
-        request.thumbnail = target.size
-        request.priority = priority
-        return request
-    }
-
     /// Shows the memory cache's image for `target`, if it has one and the request may read it
     /// (not with `.disableMemoryCacheReads` or `.reloadIgnoringCachedData`).
     private func showCachedImage(for target: DecodeTarget) -> Bool {
@@ -359,19 +346,6 @@ public final class FetchImage {
         show(ImageResponse(container: container, request: sized, cacheType: .memory))
         shownTarget = target
         return true
-    }
-
-    /// Learns the natural size from `image`, made for `target`: an image that came back
-    /// smaller than asked is the whole image (decodes never upscale). Processors change the
-    /// size, so not with them. Returns the target the image really is (and sets it on
-    /// `request`).
-    private func learnNaturalSize(from image: Bitmap, target: DecodeTarget, request: inout ImageRequest) -> DecodeTarget {
-        guard request.processors.isEmpty, case .maxPixelSize(let asked)? = target.size else { return target }
-        let longest = max(image.width, image.height)
-        guard longest < asked else { return target }
-        naturalMaxPixelSize = longest
-        request.thumbnail = .maxPixelSize(longest)
-        return DecodeTarget(size: .maxPixelSize(longest))
     }
 
     private func startFetch() {

@@ -12,9 +12,11 @@ import CoreGraphics
 ///
 /// For downsampling to help, lay the image out at the size you want (a `resizable()` image in a
 /// frame, or a placeholder that fills the frame): the view's laid-out size is the display size.
+/// Say how the content shows the image: `contentMode: .fill` for `scaledToFill()` content, so
+/// that both sides of the frame are covered (the default, `.fit`, covers the longest side).
 ///
 /// ```swift
-/// LumenImage(url: photo.url) { image in
+/// LumenImage(url: photo.url, contentMode: .fill) { image in
 ///     image.resizable().scaledToFill()
 /// } placeholder: {
 ///     Color.gray.opacity(0.2)
@@ -29,21 +31,25 @@ public struct LumenImage<Content: View>: View {
     @Environment(\.displayScale) private var displayScale
     private let request: ImageRequest?
     private let scale: CGFloat
+    private let contentMode: SwiftUI.ContentMode
     private let transaction: Transaction
     private let content: (AsyncImagePhase) -> Content
 
     /// Loads `request` through `pipeline` and shows each phase with `content` (the designated
-    /// initializer; the others mirror `AsyncImage`'s).
+    /// initializer; the others mirror `AsyncImage`'s). `contentMode` says how `content` shows
+    /// the image in the laid-out size (`.fill` for `scaledToFill()`); it sets the decode size.
     public init(
         request: ImageRequest?,
         pipeline: ImagePipeline = .shared,
         scale: CGFloat = 1,
+        contentMode: SwiftUI.ContentMode = .fit,
         transaction: Transaction = Transaction(),
         @ViewBuilder content: @escaping (AsyncImagePhase) -> Content
     ) {
         _model = State(initialValue: FetchImage(pipeline: pipeline))
         self.request = request
         self.scale = scale
+        self.contentMode = contentMode
         self.transaction = transaction
         self.content = content
     }
@@ -53,10 +59,13 @@ public struct LumenImage<Content: View>: View {
     public init(
         url: URL?,
         scale: CGFloat = 1,
+        contentMode: SwiftUI.ContentMode = .fit,
         transaction: Transaction = Transaction(),
         @ViewBuilder content: @escaping (AsyncImagePhase) -> Content
     ) {
-        self.init(request: url.map { ImageRequest(url: $0) }, scale: scale, transaction: transaction, content: content)
+        self.init(
+            request: url.map { ImageRequest(url: $0) }, scale: scale, contentMode: contentMode,
+            transaction: transaction, content: content)
     }
 
     /// Loads the image at `url` and shows it with `content`, or `placeholder` until it is
@@ -64,10 +73,11 @@ public struct LumenImage<Content: View>: View {
     public init<I: View, P: View>(
         url: URL?,
         scale: CGFloat = 1,
+        contentMode: SwiftUI.ContentMode = .fit,
         @ViewBuilder content: @escaping (Image) -> I,
         @ViewBuilder placeholder: @escaping () -> P
     ) where Content == _ConditionalContent<I, P> {
-        self.init(url: url, scale: scale) { phase in
+        self.init(url: url, scale: scale, contentMode: contentMode) { phase in
             if let image = phase.image {
                 content(image)
             } else {
@@ -84,7 +94,9 @@ public struct LumenImage<Content: View>: View {
             .onGeometryChange(for: CGSize.self) { proxy in
                 proxy.size
             } action: { size in
-                model.displaySize(width: Double(size.width), height: Double(size.height), scale: Double(displayScale))
+                model.displaySize(
+                    width: Double(size.width), height: Double(size.height), scale: Double(displayScale),
+                    contentMode: contentMode == .fill ? .aspectFill : .aspectFit)
             }
             .onAppear {
                 loadIfChanged()
