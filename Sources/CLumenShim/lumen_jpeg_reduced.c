@@ -16,7 +16,8 @@
 // exact means are taken instead, which is closer to the true image.
 //
 // Anything outside that case (progressive, arithmetic coding, 12-bit, CMYK, separate scans,
-// restart markers out of place, a bad Huffman code, data that ends early, 4:4:0 at 1/4)
+// restart markers out of place, a bad Huffman code, data that ends early or goes on long
+// after the last block, 4:4:0 at 1/4)
 // returns a non-zero status and the caller decodes with TurboJPEG instead, which keeps its
 // error semantics.
 #include "lumen_jpeg.h"
@@ -767,6 +768,17 @@ scan:;
         }
     }
 
+    // Many whole bytes left between the last block and the marker mean the codes were misread
+    // (damaged data that fell back in step), not padding: decline, as JPEGCodec does for
+    // TurboJPEG's "extraneous bytes before marker 0xd9" warning from the same count (64).
+    {
+        size_t left = r.hit_marker ? 0 : (size_t)r.count / 8;
+        for (const uint8_t *m = r.p; !r.hit_marker && m < r.end && left < 64; m++) {
+            if (*m == 0xFF && m + 1 < r.end && m[1] != 0x00) break;  // the marker
+            if (*m != 0x00 || m == r.p || m[-1] != 0xFF) left++;     // a stuffed FF 00 is one byte
+        }
+        if (left >= 64) goto done;
+    }
     status = 0;
 done:
     free(planes);

@@ -17,8 +17,8 @@ uint32_t lumen_lcms_type_cmyk_8_rev(void);
 /// scale, 4:2:2 at 1/4 upsampled across with libjpeg's triangle filter), except that where
 /// TurboJPEG repeats a DC (4:2:2, 4:4:0 at 1/8) the exact means are taken. Returns 0 on
 /// success; non-zero when the data is outside that case or not clean (progressive,
-/// arithmetic, CMYK, separate scans, bad codes, cut short, 4:4:0 at 1/4), and the caller
-/// should decode with TurboJPEG instead. `rgb` may be partly written then.
+/// arithmetic, CMYK, separate scans, bad codes, cut short, 64 or more bytes left after the
+/// last block, 4:4:0 at 1/4), and the caller should decode with TurboJPEG instead. `rgb` may be partly written then.
 ///
 /// `cancelled` (may be NULL) is a flag read before each row of MCUs (see `lumen_flag_set`):
 /// once it is set the decode stops and returns ``LUMEN_DECODE_CANCELLED``.

@@ -109,11 +109,14 @@ enum JPEGCodec: ImageCodec {
                 bitmap = profile.withUnsafeBytes { ColorProfile.convertToSRGB(bitmap, profile: $0) }
             }
         }
-        // A warning with the data cut short: a progressive JPEG's scans so far make a coarse
-        // but complete frame (the partial preview); a baseline JPEG's would be its top rows over
-        // grey filler, which is no image at all, so that is `truncated`. A warning on complete
-        // data (extraneous bytes, a damaged block) still gives the image.
-        let isCut = markers.isTruncated && (outcome == .warning || closedCopy != nil)
+        // A warning with the data cut short, or a warning that says pixels are missing even
+        // though the file ends properly (half a scan closed by an end marker, a frame header
+        // that claims more rows than the scan holds, a bad code in the entropy stream): a
+        // progressive JPEG's scans so far make a coarse but complete frame (the partial
+        // preview); a baseline JPEG's would be its top rows over grey filler, which is no image
+        // at all, so that is `truncated`. A harmless warning on complete data (extraneous bytes
+        // between segments, a bad ICC or JFIF marker) still gives the image.
+        let isCut = (markers.isTruncated && (outcome.isWarning || closedCopy != nil)) || outcome == .warning(losesPixels: true)
         if isCut && !markers.isProgressive { throw .truncated }
         return CodecOutput(bitmap: bitmap, isPartial: isCut, extent: extent)
     }
@@ -190,9 +193,15 @@ enum JPEGCodec: ImageCodec {
     /// How a TurboJPEG call ended.
     enum Outcome: Equatable {
         case success
-        /// TurboJPEG returned -1 but `tjGetErrorCode` says the error was only a warning.
-        case warning
+        /// TurboJPEG returned -1 but `tjGetErrorCode` says the error was only a warning;
+        /// `losesPixels` when that warning means part of the image was never decoded.
+        case warning(losesPixels: Bool)
         case failure(String)
+
+        var isWarning: Bool {
+            if case .warning = self { return true }
+            return false
+        }
 
         /// Throws for a hard failure: `truncated` when the data ends before the first scan
         /// (nothing usable), `corrupted` with TurboJPEG's message otherwise.
@@ -230,8 +239,43 @@ enum JPEGCodec: ImageCodec {
             guard tjGetErrorCode(raw) == Int32(TJERR_WARNING.rawValue),
                   Self.warningPrefixes.contains(where: { message.hasPrefix($0) })
             else { return .failure(message) }
-            return .warning
+            let losesPixels = Self.pixelLosingWarningPrefixes.contains(where: { message.hasPrefix($0) })
+                || Self.isLeftoverScanData(message)
+            return .warning(losesPixels: losesPixels)
         }
+
+        /// Whether `message` is `JWRN_EXTRANEOUS_DATA` before the end-of-image marker with at
+        /// least 64 bytes: the last scan's codes ended that far before its data did, so they
+        /// were misread. libjpeg-turbo's fast Huffman path takes a bad code silently (it does
+        /// not warn "bad Huffman code"), and the stream goes out of step: it then either runs
+        /// into the marker early (`JWRN_HIT_MARKER`) or stops early, and this is the only sign.
+        /// A few bytes there are padding some encoders write (harmless: every block was read);
+        /// 64 is far above any padding seen in real files and below what damage leaves behind
+        /// except near the very end. Extraneous bytes before other markers are left alone: junk
+        /// between header segments is common and costs no pixels.
+        static func isLeftoverScanData(_ message: String) -> Bool {
+            let prefix = "Corrupt JPEG data: ", suffix = " extraneous bytes before marker 0xd9"
+            guard message.hasPrefix(prefix), message.hasSuffix(suffix) else { return false }
+            let count = message.dropFirst(prefix.count).dropLast(suffix.count)
+            return Int(count).map { $0 >= 64 } ?? false
+        }
+
+        /// The warnings after which libjpeg fills the rest of the frame (or of a restart
+        /// interval) with grey or garbage: the data ran out (`JWRN_JPEG_EOF`), a scan hit a
+        /// marker before its last block (`JWRN_HIT_MARKER`: half a scan followed by `FF D9`, or
+        /// a frame header claiming more rows than were coded), a code that is no code
+        /// (`JWRN_HUFF_BAD_CODE`, `JWRN_ARITH_BAD_CODE`), or a restart marker missing
+        /// (`JWRN_MUST_RESYNC`), and many bytes left over after the last scan (see
+        /// ``isLeftoverScanData(_:)``). The other warnings leave every pixel decoded: a few
+        /// extraneous bytes before a marker (padding some encoders write after a scan's last
+        /// block, common in real photos), a bad ICC or JFIF marker (metadata), odd but readable scan parameters,
+        /// an unknown Adobe transform code. libjpeg reports only its first warning, so a harmless
+        /// one followed by a pixel-losing one reads as harmless; a cut file usually warns first.
+        static let pixelLosingWarningPrefixes = [
+            "Premature end of JPEG file", "Corrupt JPEG data: premature end of data segment",
+            "Corrupt JPEG data: bad Huffman code", "Corrupt JPEG data: bad arithmetic code",
+            "Corrupt JPEG data: found marker",
+        ]
 
         /// How libjpeg-turbo's warning messages (`JWRN_*` in jerror.h) begin.
         static let warningPrefixes = [
