@@ -42,6 +42,11 @@ let package = Package(
         .systemLibrary(name: "CIsal", pkgConfig: "libisal", providers: [.apt(["libisal-dev"])]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        // hiredis: the fleet's shared second level (`lumen serve --redis`), through
+        // redisCommandArgv only (binary-safe, never the printf-style call).
+        // (No pkgConfig: hiredis's .pc adds -D_FILE_OFFSET_BITS=64, which SwiftPM refuses with a
+        // warning; the headers need no flags and the library is in the default path.)
+        .systemLibrary(name: "CHiredis", providers: [.apt(["libhiredis-dev"])]),
         // Small C shim for what Swift cannot call directly (function-like macros), and the
         // C loops that libraries leave to their callers (PNG rows inflated with ISA-L).
         .target(name: "CLumenShim", dependencies: ["CTurboJPEG", "CSpng", "CWebP", "CGif", "CLcms2", "CIsal"]),
@@ -63,7 +68,7 @@ let package = Package(
         .target(name: "CLumenHTTPD", dependencies: ["CMicroHTTPD"]),
         // `lumen serve` as a library: signed image URLs over one shared pipeline, served
         // through libmicrohttpd behind a small internal protocol.
-        .target(name: "LumenServer", dependencies: ["Lumen", "CCrypto", "CMicroHTTPD", "CLumenHTTPD"]),
+        .target(name: "LumenServer", dependencies: ["Lumen", "CCrypto", "CMicroHTTPD", "CLumenHTTPD", "CHiredis"]),
         // Test doubles shipped for Lumen's users: fake data loader, loopback HTTP server.
         .target(name: "LumenTestSupport", dependencies: ["Lumen"]),
         // The command-line tool: demo, thumbnail, bench. A thin client of the public API.

@@ -15,6 +15,9 @@ packages=(
     libcurl4-openssl-dev # libcurl: CurlDataLoader, HTTP through libcurl's multi interface
     ca-certificates     # the CA store libcurl verifies https servers against (only recommended by libcurl)
     libmicrohttpd-dev   # libmicrohttpd: the HTTP layer of LumenServer (`lumen serve`)
+    libhiredis-dev      # hiredis: the fleet's shared second level (`lumen serve --redis`)
+    redis-server        # Redis, started by the fleet tests and `lumen demo --fleet` (never as a service)
+    nginx               # nginx, the fleet's consistent-hashing front (tests, `lumen demo --fleet`)
 )
 if [ "${LUMEN_HEIF:-0}" = "1" ]; then
     packages+=(libheif-dev)
@@ -41,4 +44,16 @@ fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# redis-server and nginx are run by Lumen's tests and demo on loopback ports of their own; the
+# packages' scripts must not start them as system services (port 80, 6379) while installing.
+policy=/usr/sbin/policy-rc.d
+made_policy=0
+if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+    $sudo chmod +x "$policy"
+    made_policy=1
+fi
+status=0
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" || status=$?
+if [ "$made_policy" = 1 ]; then $sudo rm -f "$policy"; fi
+exit "$status"

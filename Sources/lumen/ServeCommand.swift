@@ -38,6 +38,10 @@ enum ServeCommand {
         Option(name: "cache-size", valueName: "MB", defaultText: "1024", help: "disk cache budget"),
         Option(name: "metrics-listen", valueName: "HOST:PORT", defaultText: "off", help: "serve /metrics on a listener of its own"),
         Option(name: "log-format", valueName: "text|json", defaultText: "text", help: "access log on stderr, one line per request"),
+        Option(name: "redis", valueName: "redis://HOST:PORT[/DB]", defaultText: "off", help: "share results, original bytes and origin fetches with a fleet's other nodes"),
+        Option(name: "redis-ttl", valueName: "SECONDS", defaultText: "86400", help: "lifetime of values stored in Redis"),
+        Option(name: "redis-max-value", valueName: "BYTES", defaultText: "4194304", help: "largest value stored in Redis"),
+        Option(name: "redis-timeout", valueName: "SECONDS", defaultText: "0.5", help: "a Redis connect or command slower than this counts as Redis down"),
         Option(name: "workers", valueName: "N", defaultText: "one per core", help: "decode and encode workers"),
         Option(name: "threads", valueName: "N", defaultText: "one per core", help: "HTTP threads"),
     ]
@@ -142,6 +146,12 @@ enum ServeCommand {
             }
             c.logFormat = parsed
         }
+        if let text = one("redis") {
+            do throws(ServerError) { c.redis = try RedisAddress(text) } catch { throw UsageError(error.description) }
+        }
+        c.redisTTL = try int("redis-ttl", 1...(365 * 86400)) ?? c.redisTTL
+        c.redisMaximumValueBytes = try int("redis-max-value", 0...512 * 1024 * 1024) ?? c.redisMaximumValueBytes
+        c.redisTimeout = try seconds("redis-timeout") ?? c.redisTimeout
         c.workers = try int("workers", 1...1024) ?? c.workers
         c.httpThreads = try int("threads", 1...1024) ?? c.httpThreads
         return c

@@ -56,6 +56,17 @@ extension ImageServer {
         public var workers = ProcessInfo.processInfo.activeProcessorCount
         /// HTTP threads (libmicrohttpd's epoll pool). Default: one per core.
         public var httpThreads = ProcessInfo.processInfo.activeProcessorCount
+        /// The fleet's shared second level (`--redis redis://HOST:PORT[/DB]`): encoded results
+        /// and original bytes shared with the other nodes, and one origin fetch per source
+        /// across them. `nil` for none. Default `nil`.
+        public var redis: RedisAddress?
+        /// Seconds a value stored in Redis lives. Default 86400.
+        public var redisTTL = 86400
+        /// The largest value stored in Redis, in bytes. Default 4 MB.
+        public var redisMaximumValueBytes = 4 * 1024 * 1024
+        /// The longest a Redis connect or command may take before Redis counts as down, in
+        /// seconds. Default 0.5.
+        public var redisTimeout: Double = 0.5
         /// Receives one access-log line per request; `nil` for none. Default `nil`.
         public var accessLog: (@Sendable (String) -> Void)?
         /// The access log's form. Default `.text`.

@@ -31,8 +31,31 @@ extension ImageServer {
         /// The pipeline's own metrics: fetches, joins per stage, cache layers.
         public var pipeline = ImagePipeline.Metrics()
 
-        /// Origin loads started (network and local files).
-        public var originFetches: Int { pipeline.networkRequestsStarted + pipeline.localLoadsStarted }
+        /// Loads that reached an origin (network and local files); with Redis, bytes another
+        /// node fetched are not counted here.
+        public var originFetches: Int { originLoads }
+        var originLoads = 0
+        /// The fleet's shared second level, with ``Configuration/redis``.
+        public var redis = Redis()
+
+        /// What the node did with Redis.
+        public struct Redis: Sendable {
+            /// Whether Redis is configured and reachable now.
+            public var isUp = false
+            /// Intact values read, by kind (`original`, `result`), and lookups that found none.
+            public var hits: [String: Int] = [:]
+            public var misses: [String: Int] = [:]
+            /// Values that came back damaged or cut: ignored (a miss) and removed.
+            public var damaged = 0
+            /// Values stored.
+            public var stores = 0
+            /// Commands Redis answered with an error (full, read-only…).
+            public var errors = 0
+            /// Times this node found another node fetching a source and waited for its bytes.
+            public var lockWaits = 0
+            /// Changes between up and down.
+            public var stateChanges = 0
+        }
 
         static let bucketBounds: [Double] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 
@@ -91,6 +114,24 @@ extension ImageServer {
             sample("lumen_encodes_total", "", encodes)
             family("lumen_encode_seconds_total", "counter", "Time spent encoding.")
             sample("lumen_encode_seconds_total", "", encodeSeconds)
+            family("lumen_redis_up", "gauge", "Whether the shared Redis is reachable (0 without --redis).")
+            sample("lumen_redis_up", "", redis.isUp ? 1 : 0)
+            family("lumen_redis_hits_total", "counter", "Intact values read from Redis, by kind.")
+            family("lumen_redis_misses_total", "counter", "Redis lookups that found no value, by kind.")
+            for kind in ["original", "result"] {
+                sample("lumen_redis_hits_total", "kind=\"\(kind)\"", redis.hits[kind, default: 0])
+                sample("lumen_redis_misses_total", "kind=\"\(kind)\"", redis.misses[kind, default: 0])
+            }
+            family("lumen_redis_damaged_total", "counter", "Values from Redis that failed their checksum or were cut: treated as misses.")
+            sample("lumen_redis_damaged_total", "", redis.damaged)
+            family("lumen_redis_stores_total", "counter", "Values stored in Redis.")
+            sample("lumen_redis_stores_total", "", redis.stores)
+            family("lumen_redis_errors_total", "counter", "Redis commands answered with an error (full, read-only).")
+            sample("lumen_redis_errors_total", "", redis.errors)
+            family("lumen_redis_lock_waits_total", "counter", "Origin fetches waited for because another node held the source's lock.")
+            sample("lumen_redis_lock_waits_total", "", redis.lockWaits)
+            family("lumen_redis_state_changes_total", "counter", "Changes between Redis reachable and unreachable.")
+            sample("lumen_redis_state_changes_total", "", redis.stateChanges)
             family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.")
             sample("process_resident_memory_bytes", "", Self.residentBytes())
             return out

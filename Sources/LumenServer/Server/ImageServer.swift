@@ -31,6 +31,7 @@ public final class ImageServer: Sendable {
     private let http: any HTTPServing
     private let metricsHTTP: (any HTTPServing)?
     private let caches: [DataCache]
+    private let redis: RedisClient?
 
     /// Starts a server: it is listening when this returns.
     /// - Throws: ``ServerError`` when the configuration is unusable or the address is taken.
@@ -45,15 +46,37 @@ public final class ImageServer: Sendable {
                 throw ServerError.invalidConfiguration("--local-root is not a directory: \(root.path)")
             }
         }
+        guard configuration.redisTTL > 0, configuration.redisMaximumValueBytes >= 0, configuration.redisTimeout > 0 else {
+            throw ServerError.invalidConfiguration("redis-ttl and redis-timeout must be positive, redis-max-value not negative")
+        }
         self.configuration = configuration
         let metrics = MetricsStore()
         var caches: [DataCache] = []
         var resultDisk: DataCache?
-        var pipelineConfiguration = ImagePipeline.Configuration(dataLoader: configuration.dataLoader ?? CurlDataLoader(
+        var shared: SharedStore?
+        if let address = configuration.redis {
+            let logger = configuration.logger
+            let client = RedisClient(address: address, timeout: configuration.redisTimeout) { isUp, reason in
+                metrics.state.withLock {
+                    $0.redis.isUp = isUp
+                    $0.redis.stateChanges += 1
+                }
+                logger?(isUp ? "redis: \(reason)" : "redis: unreachable (\(reason)); serving from this node's caches and the origin")
+            }
+            shared = SharedStore(
+                client: client, ttl: configuration.redisTTL, maximumValueBytes: configuration.redisMaximumValueBytes,
+                lockMilliseconds: Int((configuration.sourceTimeout + 1) * 1000), metrics: metrics, logger: logger)
+            self.redis = client
+        } else {
+            self.redis = nil
+        }
+        let origin = configuration.dataLoader ?? CurlDataLoader(
             requestTimeout: configuration.sourceTimeout, resourceTimeout: configuration.sourceTimeout,
             allowsLocalFiles: configuration.localRoot != nil,
             connectionPolicy: ConnectionPolicy(allowing: configuration.allowedSourceAddresses),
-            maximumRedirects: 5))
+            maximumRedirects: 5)
+        var pipelineConfiguration = ImagePipeline.Configuration(
+            dataLoader: SharedOriginLoader(base: origin, shared: shared, metrics: metrics))
         if let directory = configuration.cacheDirectory {
             let logger = configuration.logger
             let originals = DataCache(
@@ -78,13 +101,18 @@ public final class ImageServer: Sendable {
         let pipeline = ImagePipeline(configuration: pipelineConfiguration)
         self.pipeline = pipeline
         self.caches = caches
-        let service = ImageService(configuration: configuration, pipeline: pipeline, metrics: metrics, resultDisk: resultDisk)
+        let service = ImageService(
+            configuration: configuration, pipeline: pipeline, metrics: metrics, resultDisk: resultDisk, shared: shared)
         self.service = service
         let settings = HTTPSettings(
             host: configuration.host, port: configuration.port, threads: configuration.httpThreads,
             maximumConnections: configuration.maximumConnections, clientTimeout: configuration.clientTimeout,
             headerMemory: 32 * 1024)
-        let http = try MicroHTTPServer(settings: settings, handler: service)
+        let http: MicroHTTPServer
+        do { http = try MicroHTTPServer(settings: settings, handler: service) } catch {
+            redis?.close()
+            throw error
+        }
         self.http = http
         self.port = http.port
         if let listen = configuration.metricsListen {
@@ -97,6 +125,7 @@ public final class ImageServer: Sendable {
                 self.metricsPort = metricsServer.port
             } catch {
                 http.stop()
+                redis?.close()
                 throw error
             }
         } else {
@@ -132,6 +161,7 @@ public final class ImageServer: Sendable {
     public func stop() {
         http.stop()
         metricsHTTP?.stop()
+        redis?.close()
     }
 
     deinit { stop() }

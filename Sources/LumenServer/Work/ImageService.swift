@@ -16,6 +16,8 @@ final class ImageService: HTTPHandling {
     private let sources: SourcePolicy
     private let memory: ResultCache
     private let disk: DataCache?
+    /// The fleet's Redis, with `--redis`.
+    private let shared: SharedStore?
     private let encodes = EncodeStage()
     private let encodingQueue: WorkQueue
     /// Requests waiting for work, and whether the server is draining.
@@ -23,7 +25,9 @@ final class ImageService: HTTPHandling {
     /// Whether `/metrics` is served by the main listener.
     let servesMetrics: Bool
 
-    init(configuration: ImageServer.Configuration, pipeline: ImagePipeline, metrics: MetricsStore, resultDisk: DataCache?) {
+    init(configuration: ImageServer.Configuration, pipeline: ImagePipeline, metrics: MetricsStore, resultDisk: DataCache?,
+         shared: SharedStore?) {
+        self.shared = shared
         self.configuration = configuration
         self.pipeline = pipeline
         self.metrics = metrics
@@ -155,6 +159,12 @@ final class ImageService: HTTPHandling {
     }
 
     private func make(_ job: Job) async throws -> EncodedImage {
+        let sharedKey = SharedStore.key(.result, job.key)
+        if let shared, let entry = await shared.get(sharedKey, kind: .result), let contentType = entry.fields["Content-Type"] {
+            let image = EncodedImage(data: entry.payload, contentType: contentType, etag: Self.etag(entry.payload))
+            keep(image, for: job.key)
+            return image
+        }
         let request = ImageRequest(
             urlRequest: URLRequest(url: job.source.url, timeoutInterval: configuration.sourceTimeout),
             processors: RequestPlan.processors(for: job.options), thumbnail: RequestPlan.thumbnail(for: job.options))
@@ -169,9 +179,15 @@ final class ImageService: HTTPHandling {
         let seconds = monotonicNow() - started
         metrics.state.withLock { $0.encodes += 1; $0.encodeSeconds += seconds }
         let encoded = EncodedImage(data: data, contentType: contentType, etag: Self.etag(data))
-        memory.store(encoded, for: job.key)
-        disk?.storeData(data, metadata: CacheMetadata(etag: encoded.etag, contentType: contentType, storedAt: Date()), for: job.key)
+        keep(encoded, for: job.key)
+        await shared?.put(SharedStore.Entry(fields: ["Content-Type": contentType], payload: data), for: sharedKey)
         return encoded
+    }
+
+    /// Keeps a result in this node's caches (memory, and disk with a cache directory).
+    private func keep(_ image: EncodedImage, for key: String) {
+        memory.store(image, for: key)
+        disk?.storeData(image.data, metadata: CacheMetadata(etag: image.etag, contentType: image.contentType, storedAt: Date()), for: key)
     }
 
     private func response(_ image: EncodedImage, job: Job, request: HTTPRequest) -> HTTPResponse {

@@ -11,12 +11,17 @@ final class ServerFixture: @unchecked Sendable { // set up once, then read only
     let server: ImageServer
     let signer: URLSigner
     var port: Int { server.port }
+    private let ownsOrigin: Bool
 
     static let keyHex = "736563726574"
     static let saltHex = "68656c6c6f"
 
-    init(signed: Bool = true, _ configure: (inout ImageServer.Configuration) -> Void = { _ in }) throws {
-        origin = try LoopbackServer()
+    /// A server in front of `origin` (shared by several nodes of a fleet), or of an origin of
+    /// its own.
+    init(signed: Bool = true, origin: LoopbackServer? = nil,
+         _ configure: (inout ImageServer.Configuration) -> Void = { _ in }) throws {
+        ownsOrigin = origin == nil
+        self.origin = try origin ?? LoopbackServer()
         signer = try URLSigner(keyHex: Self.keyHex, saltHex: Self.saltHex)
         var configuration = ImageServer.Configuration()
         configuration.port = 0
@@ -30,7 +35,7 @@ final class ServerFixture: @unchecked Sendable { // set up once, then read only
 
     deinit {
         server.stop()
-        origin.stop()
+        if ownsOrigin { origin.stop() }
     }
 
     /// The signed path for the origin's `originPath` with `options`.
