@@ -6,7 +6,7 @@
 # Comparison tooling only: Lumen never needs Python or nginx. This installs what is missing
 # (Debian: nginx, libnginx-mod-http-image-filter, wrk, python3-venv; thumbor from PyPI into the
 # virtual environment LUMEN_BENCH_VENV, default .build/bench-venv), starts thumbor (as many
-# processes as cores) and nginx (as many workers as cores) on loopback ports, each with its own
+# processes as cores), nginx (as many workers as cores) and `lumen serve` on loopback ports, each with its own
 # configuration in a temporary directory (never the system's), runs the benchmark, and stops
 # everything it started. Arguments are passed to `lumen bench serve` (e.g. --json).
 set -euo pipefail
@@ -52,10 +52,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Two free loopback ports (the kernel picks them).
-read -r THUMBOR_PORT NGINX_PORT < <("$PYTHON" - <<'PY'
+# Three free loopback ports (the kernel picks them).
+read -r THUMBOR_PORT NGINX_PORT LUMEN_PORT < <("$PYTHON" - <<'PY'
 import socket
-sockets = [socket.socket() for _ in range(2)]
+sockets = [socket.socket() for _ in range(3)]
 for s in sockets: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in sockets])
 PY
@@ -120,12 +120,20 @@ nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" -e "$WORK/nginx/error.log" &
 NGINX_PID=$!
 started+=("$NGINX_PID")
 
+# `lumen serve` as its own process too (as deployed), so that its peak RSS is the server's alone:
+# the in-process one shares its process with the origin and the 200 burst clients.
+"$LUMEN" serve --listen "127.0.0.1:$LUMEN_PORT" --allow-unsigned --allow-source-address 127.0.0.1/32 >/dev/null 2>&1 &
+LUMEN_PID=$!
+started+=("$LUMEN_PID")
+
 waitForPort thumbor "$THUMBOR_PORT"
+waitForPort "lumen serve" "$LUMEN_PORT"
 waitForPort nginx "$NGINX_PORT"
 say "thumbor $("$VENV/bin/thumbor" --version 2>&1 | head -1) on :$THUMBOR_PORT ($CORES processes); $(nginx -v 2>&1) on :$NGINX_PORT ($CORES workers)"
 
 "$LUMEN" bench serve --wrk \
     --compare "thumbor=http://127.0.0.1:$THUMBOR_PORT/unsafe/fit-in/{w}x{h}/{source}" --pid "thumbor=$THUMBOR_PID" \
     --compare "nginx=http://127.0.0.1:$NGINX_PORT/resize/{w}/{h}/{origin-port}/{path}" --pid "nginx=$NGINX_PID" \
+    --compare "lumen-serve=http://127.0.0.1:$LUMEN_PORT/_/w:{w},h:{h},fit:contain/plain/{source}" --pid "lumen-serve=$LUMEN_PID" \
     --hot-url "nginx=http://127.0.0.1:$NGINX_PORT/hot.jpg" --write-hot-result "$WORK/nginx/static/hot.jpg" \
     "$@"

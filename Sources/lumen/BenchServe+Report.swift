@@ -81,6 +81,12 @@ extension BenchServe {
                               measured: String(format: "%.1f MB vs %.1f MB", Double(mine) / 1e6, Double(theirs) / 1e6),
                               isMet: mine < theirs))
         }
+        if let mine = servers.first(where: { $0.name == "lumen-serve" })?.workload("burst")?.peakRSSBytes,
+           let theirs = thumbor?.workload("burst")?.peakRSSBytes {
+            goals.append(Goal(goal: "peak RSS under the burst below thumbor's, Lumen as its own process (lumen-serve)",
+                              measured: String(format: "%.1f MB vs %.1f MB", Double(mine) / 1e6, Double(theirs) / 1e6),
+                              isMet: mine < theirs))
+        }
         if let mine = lumen.wrkHotRequestsPerSecond, let theirs = nginx?.wrkHotRequestsPerSecond, theirs > 0 {
             goals.append(Goal(goal: "hot ≥ 50% of nginx's static file, measured by wrk (second opinion)",
                               measured: String(format: "%.2f× (%.0f vs %.0f req/s)", mine / theirs, mine, theirs),

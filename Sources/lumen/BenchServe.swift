@@ -29,7 +29,9 @@ enum BenchServe {
           --wrk                        run wrk (\(Wrk.arguments.joined(separator: " "))) on every server's hot URL too
           --quick                      fewer requests (a smoke test, not a measurement)
           --json                       the report as one JSON object
-          The issue's goals are checked for servers named thumbor and nginx.
+                                         lumen-serve=http://127.0.0.1:8080/_/w:{w},h:{h},fit:contain/plain/{source}
+                                       (the last: `lumen serve` as its own process, for its peak RSS alone)
+          The issue's goals are checked for servers named thumbor, nginx and lumen-serve.
         """
 
     /// One workload on one server.
