@@ -23,14 +23,14 @@ enum BenchServe {
                                        {origin-port}. Origin fetches are counted at the origin; decodes are Lumen's only.
                                          thumbor=http://127.0.0.1:8888/unsafe/fit-in/{w}x{h}/{source}
                                          nginx=http://127.0.0.1:8090/resize/{w}/{h}/{origin-port}/{path}
+                                         lumen-serve=http://127.0.0.1:8080/_/w:{w},h:{h},fit:contain/plain/{source}
+                                       (the last: `lumen serve` as its own process, for its peak RSS alone)
           --hot-url NAME=URL           NAME's hot workload GETs URL instead (a static file of the same bytes)
           --write-hot-result FILE      write Lumen's hot result to FILE before the other servers run (for --hot-url)
           --pid NAME=PID               NAME's peak RSS is the sum of VmHWM over PID and its children (repeatable)
           --wrk                        run wrk (\(Wrk.arguments.joined(separator: " "))) on every server's hot URL too
           --quick                      fewer requests (a smoke test, not a measurement)
           --json                       the report as one JSON object
-                                         lumen-serve=http://127.0.0.1:8080/_/w:{w},h:{h},fit:contain/plain/{source}
-                                       (the last: `lumen serve` as its own process, for its peak RSS alone)
           The issue's goals are checked for servers named thumbor, nginx and lumen-serve.
         """
 
