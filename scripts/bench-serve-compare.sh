@@ -44,8 +44,18 @@ PYTHON="$VENV/bin/python"
 WORK="$(mktemp -d /tmp/lumen-bench-serve.XXXXXX)"
 chmod 755 "$WORK" # nginx's workers run as nobody and read the static file
 started=()
+# A process and its descendants (thumbor's forks outlive their parent when only it is killed).
+tree() {
+    local pid child
+    for pid in "$@"; do
+        echo "$pid"
+        for child in $(cat /proc/"$pid"/task/*/children 2>/dev/null); do tree "$child"; done
+    done
+}
 cleanup() {
-    for pid in "${started[@]}"; do kill "$pid" 2>/dev/null || true; done
+    local pids
+    pids=$(tree "${started[@]}")
+    for pid in $pids; do kill "$pid" 2>/dev/null || true; done
     for pid in "${started[@]}"; do wait "$pid" 2>/dev/null || true; done
     rm -rf "$WORK"
 }
