@@ -3,7 +3,7 @@ SWIFT ?= swift
 # Warnings are errors in every build the Makefile runs.
 SWIFTFLAGS ?= -Xswiftc -warnings-as-errors
 
-.PHONY: deps build release demo test bench bench-compare clean
+.PHONY: deps build release demo test bench bench-compare bench-serve-compare clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -33,6 +33,12 @@ bench: release
 bench-compare: release
 	@bash scripts/install-comparison-tools.sh
 	$(SWIFT) run -c release --skip-build lumen bench decode
+
+## The image server against thumbor and nginx's image filter: the same client, workloads and
+## source bytes, wrk on the hot workload as a second opinion (installs them first: comparison
+## tooling only, never needed by Lumen itself).
+bench-serve-compare: release
+	@bash scripts/bench-serve-compare.sh
 
 clean:
 	$(SWIFT) package clean

@@ -2,7 +2,7 @@ import Foundation
 import Lumen
 
 /// `lumen bench [scenario...] [--json] [--iterations N] [--count N] [--quick] [--seed N]`:
-/// side-by-side benchmarks, each measuring Lumen and its baseline in the same run and printing
+/// side-by-side benchmarks (and `lumen bench serve …`, the image server's, in `BenchServe`), each measuring Lumen and its baseline in the same run and printing
 /// ratios. `--quick` and `--seed` choose the feed's trace, as for `lumen demo`.
 enum BenchCommand {
     static let scenarios = ["decode", "coalesce", "overhead", "cache", "feed"]
@@ -18,6 +18,7 @@ enum BenchCommand {
         let usage = "usage: lumen bench [\(scenarios.joined(separator: "|"))]... [--json] [--iterations N] [--count N] [--quick] [--seed N]"
         if argv.contains("--help") || argv.contains("-h") {
             print(usage)
+            print(BenchServe.usage)
             return 0
         }
         do {

@@ -6,8 +6,35 @@ import Synchronization
 
 /// `lumen bench serve`: `ImageServer` and a loopback origin in this process, driven by an
 /// HTTP/1.1 keep-alive client of its own over three workloads: distinct sources, a burst of
-/// clients for one new source at three sizes, and hot (cached) results.
+/// clients for one new source at three sizes, and hot (cached) results. `--compare` points the
+/// same client and workloads, with the same source bytes from the same origin, at other
+/// servers (thumbor, nginx's image filter), and the report gives Lumen's ratios to each.
 enum BenchServe {
+    static let usage = """
+        usage: lumen bench serve [--json] [--quick] [--wrk] [--compare NAME=URL-TEMPLATE]... [--hot-url NAME=URL]...
+                                 [--pid NAME=PID]... [--write-hot-result FILE]
+          Lumen's server and a loopback origin of 2048x1365 photo-like JPEGs, in this process, under three workloads:
+            distinct  every source once at 512x512 fit:contain, 2 clients (the image-servers benchmark's workload)
+            burst     200 clients at once for one new source at 128, 256 and 512 px (contain)
+            hot       requests for a 512-px result already made, 2 clients
+          --compare NAME=URL-TEMPLATE  also drive another server on 127.0.0.1 (repeatable). The template is a URL
+                                       http://127.0.0.1:PORT/... with {w} and {h} (the box, contain), and {source}
+                                       (the origin URL of the source), {path} (its path, no leading /) or
+                                       {origin-port}. Origin fetches are counted at the origin; decodes are Lumen's only.
+                                         thumbor=http://127.0.0.1:8888/unsafe/fit-in/{w}x{h}/{source}
+                                         nginx=http://127.0.0.1:8090/resize/{w}/{h}/{origin-port}/{path}
+                                         lumen-serve=http://127.0.0.1:8080/_/w:{w},h:{h},fit:contain/plain/{source}
+                                       (the last: `lumen serve` as its own process, for its peak RSS alone)
+          --hot-url NAME=URL           NAME's hot workload GETs URL instead (a static file of the same bytes)
+          --write-hot-result FILE      write Lumen's hot result to FILE before the other servers run (for --hot-url)
+          --pid NAME=PID               NAME's peak RSS is the sum of VmHWM over PID and its children (repeatable)
+          --wrk                        run wrk (\(Wrk.arguments.joined(separator: " "))) on every server's hot URL too
+          --quick                      fewer requests (a smoke test, not a measurement)
+          --json                       the report as one JSON object
+          The issue's goals are checked for servers named thumbor, nginx and lumen-serve.
+        """
+
+    /// One workload on one server.
     struct Workload: Codable {
         var name: String
         var requests = 0
@@ -15,112 +42,285 @@ enum BenchServe {
         var requestsPerSecond = 0.0
         var p50Millis = 0.0
         var p99Millis = 0.0
+        /// Requests the origin received during the workload.
         var originFetches = 0
-        var decodes = 0
-        var peakRSSBytes = 0
+        /// Source decodes (Lumen's own counter; nil for other servers).
+        var decodes: Int?
+        /// The server's peak resident memory during the workload (nil when unknown).
+        var peakRSSBytes: Int?
+        var meanResponseBytes = 0
+    }
+
+    /// Every workload on one server.
+    struct ServerRun: Codable {
+        var name: String
+        var workloads: [Workload] = []
+        /// wrk's requests per second on the hot URL, with `--wrk`.
+        var wrkHotRequestsPerSecond: Double?
+
+        func workload(_ name: String) -> Workload? { workloads.first { $0.name == name } }
+    }
+
+    struct Goal: Codable {
+        var goal: String
+        var measured: String
+        var isMet: Bool
+    }
+
+    struct Report: Codable {
+        var servers: [ServerRun]
+        var goals: [Goal]
+    }
+
+    /// A server on 127.0.0.1 to drive.
+    struct Target: Sendable {
+        var name: String
+        var port: Int
+        /// The request path for an origin path (`/d3.jpg`) resized to fit a box.
+        var path: @Sendable (_ source: String, _ width: Int, _ height: Int) -> String
+        /// Where the hot workload goes, when not to `path`'s result (nginx serving a static file).
+        var hotURL: LoopbackURL?
+        /// Whose memory is the server's: nil for this process.
+        var pids: [Int32]?
+        /// Source decodes so far, for Lumen.
+        var decodes: (@Sendable () -> Int)?
+    }
+
+    /// A `http://127.0.0.1:PORT/...` URL, split.
+    struct LoopbackURL: Sendable {
+        var port: Int
+        var path: String
+
+        init(_ text: String) throws {
+            let prefix = "http://127.0.0.1:"
+            guard text.hasPrefix(prefix) else { throw UsageError("'\(text)' is not a URL on http://127.0.0.1:PORT/") }
+            let rest = text.dropFirst(prefix.count)
+            let digits = rest.prefix { $0.isNumber }
+            guard let port = Int(digits), (1...65535).contains(port), rest.dropFirst(digits.count).hasPrefix("/") else {
+                throw UsageError("'\(text)' is not a URL on http://127.0.0.1:PORT/")
+            }
+            self.port = port
+            self.path = String(rest.dropFirst(digits.count))
+        }
+    }
+
+    struct Options {
+        var json = false, quick = false, wrk = false
+        var compares: [(name: String, template: LoopbackURL)] = []
+        var hotURLs: [String: LoopbackURL] = [:]
+        var pids: [String: [Int32]] = [:]
+        var hotResultFile: String?
+    }
+
+    static let placeholders: Set<String> = ["w", "h", "source", "path", "origin-port"]
+
+    static func parse(_ arguments: [String]) throws -> Options {
+        let args = try Arguments(arguments, valueOptions: ["compare", "hot-url", "pid", "write-hot-result"],
+                                 flagOptions: ["json", "quick", "wrk"])
+        if let extra = args.positionals.first { throw UsageError("unexpected argument '\(extra)'") }
+        var options = Options(json: args.flag("json"), quick: args.flag("quick"), wrk: args.flag("wrk"))
+        options.hotResultFile = args.string("write-hot-result")
+        func split(_ value: String, _ option: String) throws -> (String, String) {
+            guard let eq = value.firstIndex(of: "="), eq != value.startIndex else { throw UsageError("--\(option) takes NAME=VALUE, got '\(value)'") }
+            return (String(value[..<eq]), String(value[value.index(after: eq)...]))
+        }
+        for value in args.strings("compare") {
+            let (name, template) = try split(value, "compare")
+            guard name != "lumen", !options.compares.contains(where: { $0.name == name }) else {
+                throw UsageError("--compare: '\(name)' is named twice (lumen is the server under test)")
+            }
+            var names = Set<String>()
+            var rest = Substring(template)
+            while let open = rest.firstIndex(of: "{") {
+                guard let close = rest[open...].firstIndex(of: "}") else { throw UsageError("--compare \(name): unclosed { in the template") }
+                names.insert(String(rest[rest.index(after: open)..<close]))
+                rest = rest[rest.index(after: close)...]
+            }
+            if let unknown = names.subtracting(placeholders).sorted().first {
+                throw UsageError("--compare \(name): unknown placeholder {\(unknown)} (known: {w} {h} {source} {path} {origin-port})")
+            }
+            guard names.contains("source") || names.contains("path") else {
+                throw UsageError("--compare \(name): the template names no source ({source} or {path})")
+            }
+            options.compares.append((name, try LoopbackURL(template)))
+        }
+        let compared = Set(options.compares.map(\.name))
+        for value in args.strings("hot-url") {
+            let (name, url) = try split(value, "hot-url")
+            guard compared.contains(name) else { throw UsageError("--hot-url: no --compare \(name)") }
+            options.hotURLs[name] = try LoopbackURL(url)
+        }
+        for value in args.strings("pid") {
+            let (name, text) = try split(value, "pid")
+            guard compared.contains(name) else { throw UsageError("--pid: no --compare \(name)") }
+            guard let pid = Int32(text), pid > 0 else { throw UsageError("--pid \(name): '\(text)' is not a process id") }
+            options.pids[name, default: []].append(pid)
+        }
+        return options
     }
 
     static func run(_ arguments: [String]) async -> Int32 {
-        let json = arguments.contains("--json")
-        if let unknown = arguments.first(where: { $0 != "--json" }) {
-            printError("lumen bench serve: unknown argument '\(unknown)'\nusage: lumen bench serve [--json]")
+        if arguments.contains("--help") || arguments.contains("-h") {
+            writeOut(usage + "\n")
+            return 0
+        }
+        let options: Options
+        do { options = try parse(arguments) } catch {
+            printError("lumen bench serve: \(error)\n\(usage)")
             return 2
         }
         do {
-            let results = try await measure()
-            if json {
+            let servers = try await measure(options)
+            let report = Report(servers: servers, goals: goals(servers))
+            if options.json {
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-                writeOut(String(decoding: try encoder.encode(Dictionary(uniqueKeysWithValues: results.map { ($0.name, $0) })), as: UTF8.self) + "\n")
+                writeOut(String(decoding: try encoder.encode(report), as: UTF8.self) + "\n")
             } else {
-                writeOut("lumen bench serve (in-process server, loopback origin, keep-alive client)\n")
-                writeOut("workload   requests  failures   req/s     p50 ms   p99 ms  origin fetches  decodes  peak RSS MB\n")
-                for r in results {
-                    writeOut(String(format: "%-9@ %9d %9d %8.1f %9.2f %8.2f %15d %8d %12.1f\n",
-                                    r.name as NSString, r.requests, r.failures, r.requestsPerSecond, r.p50Millis, r.p99Millis,
-                                    r.originFetches, r.decodes, Double(r.peakRSSBytes) / 1e6))
-                }
+                writeOut(text(report, options: options))
             }
-            return results.allSatisfy { $0.failures == 0 } ? 0 : 1
+            return servers.allSatisfy { $0.workloads.allSatisfy { $0.failures == 0 } } ? 0 : 1
         } catch {
             printError("lumen bench serve: \(error)")
             return 1
         }
     }
 
-    static func measure() async throws -> [Workload] {
+    /// The workloads' sizes.
+    struct Plan {
+        var images: Int, distinct: Int, burstClients: Int, hot: Int
+        static let full = Plan(images: 24, distinct: 120, burstClients: 200, hot: 20_000)
+        static let quick = Plan(images: 3, distinct: 6, burstClients: 12, hot: 200)
+    }
+
+    static let burstSizes = [128, 256, 512]
+
+    static func measure(_ options: Options) async throws -> [ServerRun] {
+        let plan = options.quick ? Plan.quick : Plan.full
         let origin = try LoopbackServer()
         defer { origin.stop() }
-        let sourceCount = 24
-        writeOut("making \(sourceCount + 1) photo-like 2048x1365 JPEG sources...\n")
-        for i in 0...sourceCount {
-            let photo = SyntheticPhotos.photo(width: 2048, height: 1365, seed: UInt64(i + 1))
-            origin.serve(path: "/p\(i).jpg", data: try photo.encode(as: .jpeg(quality: 85)), contentType: "image/jpeg")
+        printError("making \(plan.images + 1) photo-like 2048x1365 JPEG sources...")
+        var photos: [Data] = []
+        for i in 0...plan.images {
+            photos.append(try SyntheticPhotos.photo(width: 2048, height: 1365, seed: UInt64(i + 1)).encode(as: .jpeg(quality: 85)))
         }
+        // Distinct URLs cycle through the images: each is a new source to every server.
+        for i in 0..<plan.distinct {
+            origin.serve(path: "/d\(i).jpg", data: photos[i % plan.images], contentType: "image/jpeg")
+        }
+        origin.serve(path: "/burst.jpg", data: photos[plan.images], contentType: "image/jpeg")
+
         var configuration = ImageServer.Configuration()
         configuration.port = 0
         configuration.allowsUnsigned = true
         configuration.allowedSourceAddresses = [IPAddressRange("127.0.0.1/32")!]
         let server = try ImageServer(configuration: configuration)
         defer { server.stop() }
-        func path(_ options: String, _ i: Int) -> String {
-            URLSigner.unsignedPath(options: options, source: origin.url(for: "/p\(i).jpg").absoluteString)
+        let originURL = origin.baseURL.absoluteString
+        let lumen = Target(
+            name: "lumen", port: server.port,
+            path: { source, width, height in
+                URLSigner.unsignedPath(options: "w:\(width),h:\(height),fit:contain", source: originURL + source)
+            },
+            decodes: { server.metrics.decodes })
+        var runs = [await measure(lumen, plan: plan, origin: origin, wrk: options.wrk)]
+        if let file = options.hotResultFile {
+            var client = KeepAliveClient(port: lumen.port)
+            let response = client.get(lumen.path("/d1.jpg", 512, 512), keepingBody: true)
+            client.close()
+            guard response.status == 200, let body = response.body else { throw UsageError("Lumen's hot result: status \(response.status)") }
+            try Data(body).write(to: URL(fileURLWithPath: file))
         }
-        var results: [Workload] = []
-        // (1) distinct: each source once at 512x512 contain, 2 clients.
-        let distinct = (1...sourceCount).map { path("w:512,h:512,fit:contain", $0) }
-        results.append(try await drive("distinct", server: server, clients: 2, paths: distinct))
-        // (2) burst: 200 clients at once for one new source at 3 sizes.
-        let sizes = ["w:256", "w:512,h:512", "w:128,h:128,fit:cover"]
-        let burst = (0..<200).map { path(sizes[$0 % 3], 0) }
-        results.append(try await drive("burst", server: server, clients: 200, paths: burst))
-        // (3) hot: a cached result, again and again.
-        let hot = Array(repeating: path("w:512,h:512,fit:contain", 1), count: 4000)
-        results.append(try await drive("hot", server: server, clients: 2, paths: hot))
-        return results
+        let originPort = String(origin.port)
+        for (name, template) in options.compares {
+            let target = Target(
+                name: name, port: template.port,
+                path: { source, width, height in
+                    template.path.replacingOccurrences(of: "{w}", with: String(width))
+                        .replacingOccurrences(of: "{h}", with: String(height))
+                        .replacingOccurrences(of: "{source}", with: originURL + source)
+                        .replacingOccurrences(of: "{path}", with: String(source.dropFirst()))
+                        .replacingOccurrences(of: "{origin-port}", with: originPort)
+                },
+                hotURL: options.hotURLs[name], pids: options.pids[name] ?? [])
+            runs.append(await measure(target, plan: plan, origin: origin, wrk: options.wrk))
+        }
+        return runs
     }
 
-    /// Sends `paths` from `clients` keep-alive connections (each takes the next path).
-    static func drive(_ name: String, server: ImageServer, clients: Int, paths: [String]) async throws -> Workload {
-        try? "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8) // resets VmHWM
-        let before = server.metrics
+    /// The three workloads on one server, in order: distinct (which also makes the hot
+    /// result), burst, hot.
+    static func measure(_ target: Target, plan: Plan, origin: LoopbackServer, wrk: Bool) async -> ServerRun {
+        printError("driving \(target.name)...")
+        var run = ServerRun(name: target.name)
+        let distinct = (0..<plan.distinct).map { target.path("/d\($0).jpg", 512, 512) }
+        run.workloads.append(await drive("distinct", target, port: target.port, clients: 2, paths: distinct, origin: origin))
+        let burst = (0..<plan.burstClients).map { target.path("/burst.jpg", burstSizes[$0 % 3], burstSizes[$0 % 3]) }
+        run.workloads.append(await drive("burst", target, port: target.port, clients: plan.burstClients, paths: burst, origin: origin))
+        let hotPath = target.hotURL?.path ?? target.path("/d1.jpg", 512, 512)
+        let port = target.hotURL?.port ?? target.port
+        var warm = KeepAliveClient(port: port)
+        _ = warm.get(hotPath)
+        warm.close()
+        run.workloads.append(await drive("hot", target, port: port, clients: 2, paths: Array(repeating: hotPath, count: plan.hot), origin: origin))
+        if wrk { run.wrkHotRequestsPerSecond = Wrk.requestsPerSecond("http://127.0.0.1:\(port)\(hotPath)") }
+        return run
+    }
+
+    /// Sends `paths` from `clients` keep-alive connections (each takes the next path); the
+    /// clock starts when every client is connected.
+    static func drive(_ name: String, _ target: Target, port: Int, clients: Int, paths: [String], origin: LoopbackServer) async -> Workload {
+        let pids = target.pids.map { PeakMemory.tree($0) } ?? [getpid()]
+        PeakMemory.reset(pids)
+        let fetchesBefore = origin.statistics.totalRequests
+        let decodesBefore = target.decodes?()
         let tally = Tally()
-        let port = server.port
-        let started = monotonicSeconds()
+        let startLine = StartLine(count: clients)
         await withTaskGroup(of: Void.self) { group in
             for _ in 0..<clients {
                 group.addTask {
                     await onThread {
                         var connection = KeepAliveClient(port: port)
+                        _ = connection.open()
+                        startLine.arrive()
+                        var latencies: [Double] = []
+                        var bytes = 0
                         while true {
                             let i = tally.next.add(1, ordering: .relaxed).oldValue
                             guard i < paths.count else { break }
                             let t0 = monotonicSeconds()
-                            let status = connection.get(paths[i])
-                            let seconds = monotonicSeconds() - t0
-                            if status != 200 { tally.failures.add(1, ordering: .relaxed) }
-                            tally.latencies.withLock { $0.append(seconds) }
+                            let response = connection.get(paths[i])
+                            latencies.append(monotonicSeconds() - t0)
+                            if response.status != 200 { tally.failures.add(1, ordering: .relaxed) }
+                            bytes += response.bodyBytes
                         }
                         connection.close()
+                        tally.finish(latencies, bytes: bytes)
                     }
                 }
             }
         }
-        let elapsed = monotonicSeconds() - started
-        let after = server.metrics
-        let sorted = tally.latencies.withLock { $0 }.sorted()
+        let elapsed = monotonicSeconds() - startLine.startedAt
+        let (latencies, bytes) = tally.results.withLock { $0 }
+        let sorted = latencies.sorted()
         func percentile(_ p: Double) -> Double { sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))] * 1000 }
+        let peak = PeakMemory.sum(target.pids.map { PeakMemory.tree($0) } ?? [getpid()])
         return Workload(
             name: name, requests: paths.count, failures: tally.failures.load(ordering: .relaxed),
             requestsPerSecond: Double(paths.count) / elapsed, p50Millis: percentile(0.5), p99Millis: percentile(0.99),
-            originFetches: after.originFetches - before.originFetches, decodes: after.decodes - before.decodes,
-            peakRSSBytes: peakResidentBytes())
+            originFetches: origin.statistics.totalRequests - fetchesBefore,
+            decodes: decodesBefore.flatMap { before in target.decodes.map { $0() - before } },
+            peakRSSBytes: peak > 0 ? peak : nil, meanResponseBytes: paths.isEmpty ? 0 : bytes / paths.count)
     }
 
     final class Tally: Sendable {
         let next = Atomic<Int>(0)
         let failures = Atomic<Int>(0)
-        let latencies = Mutex<[Double]>([])
+        let results = Mutex<(latencies: [Double], bytes: Int)>(([], 0))
+
+        func finish(_ latencies: [Double], bytes: Int) {
+            results.withLock { $0.latencies += latencies; $0.bytes += bytes }
+        }
     }
 
     static func onThread(_ body: @escaping @Sendable () -> Void) async {
@@ -130,90 +330,5 @@ enum BenchServe {
                 continuation.resume()
             }
         }
-    }
-}
-
-/// A blocking HTTP/1.1 client on one keep-alive connection to 127.0.0.1 (reconnects when the
-/// server closes).
-struct KeepAliveClient {
-    let port: Int
-    private var fd: Int32 = -1
-    private var buffer: [UInt8] = []
-
-    init(port: Int) { self.port = port }
-
-    /// GETs `path`; the status, or 0 when the exchange failed.
-    mutating func get(_ path: String) -> Int {
-        for _ in 0..<2 {
-            if fd < 0 { fd = Self.connect(port) }
-            guard fd >= 0 else { return 0 }
-            let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
-            if send(request), let status = readResponse() { return status }
-            close()
-        }
-        return 0
-    }
-
-    mutating func close() {
-        if fd >= 0 { Glibc.close(fd) }
-        fd = -1
-        buffer.removeAll()
-    }
-
-    private func send(_ bytes: [UInt8]) -> Bool {
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            guard n > 0 else { return false }
-            offset += n
-        }
-        return true
-    }
-
-    private mutating func fill() -> Bool {
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        let n = recv(fd, &chunk, chunk.count, 0)
-        guard n > 0 else { return false }
-        buffer.append(contentsOf: chunk[0..<n])
-        return true
-    }
-
-    private mutating func readResponse() -> Int? {
-        let separator = Array("\r\n\r\n".utf8)
-        var headEnd = buffer.firstRange(of: separator)
-        while headEnd == nil {
-            guard fill() else { return nil }
-            headEnd = buffer.firstRange(of: separator)
-        }
-        guard let end = headEnd else { return nil }
-        let head = String(decoding: buffer[..<end.lowerBound], as: UTF8.self)
-        let lines = head.components(separatedBy: "\r\n")
-        let parts = lines[0].split(separator: " ")
-        guard parts.count >= 2, let status = Int(parts[1]) else { return nil }
-        var length = 0
-        for line in lines.dropFirst() where line.lowercased().hasPrefix("content-length:") {
-            length = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) ?? 0
-        }
-        while buffer.count - end.upperBound < length {
-            guard fill() else { return nil }
-        }
-        buffer.removeFirst(end.upperBound + length)
-        return status
-    }
-
-    private static func connect(_ port: Int) -> Int32 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return -1 }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard result == 0 else { Glibc.close(fd); return -1 }
-        var one: Int32 = 1
-        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        return fd
     }
 }

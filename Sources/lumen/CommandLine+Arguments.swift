@@ -10,7 +10,8 @@ struct UsageError: Error, CustomStringConvertible {
 /// Minimal argument parsing: `--flag`, `--option value` / `--option=value`, positionals.
 struct Arguments {
     private(set) var positionals: [String] = []
-    private var options: [String: String] = [:]
+    /// Every value given for each option, in order (`string(_:)` is the last one).
+    private var options: [String: [String]] = [:]
     private var flags: Set<String> = []
 
     /// Parses `arguments`; `valueOptions` take a value, `flagOptions` don't. Anything else
@@ -34,12 +35,13 @@ struct Arguments {
                     guard value == nil else { throw UsageError("--\(name) takes no value") }
                     flags.insert(name)
                 } else if valueOptions.contains(name) {
-                    if value == nil {
+                    if let value {
+                        options[name, default: []].append(value)
+                    } else {
                         i += 1
                         guard i < arguments.count else { throw UsageError("--\(name) needs a value") }
-                        value = arguments[i]
+                        options[name, default: []].append(arguments[i])
                     }
-                    options[name] = value
                 } else {
                     throw UsageError("unknown option --\(name)")
                 }
@@ -51,10 +53,12 @@ struct Arguments {
     }
 
     func flag(_ name: String) -> Bool { flags.contains(name) }
-    func string(_ name: String) -> String? { options[name] }
+    func string(_ name: String) -> String? { options[name]?.last }
+    /// Every value of a repeatable option, in the order given.
+    func strings(_ name: String) -> [String] { options[name] ?? [] }
 
     func int(_ name: String, range: ClosedRange<Int>) throws -> Int? {
-        guard let s = options[name] else { return nil }
+        guard let s = string(name) else { return nil }
         guard let v = Int(s), range.contains(v) else {
             throw UsageError("--\(name) must be a whole number in \(range.lowerBound)...\(range.upperBound), got '\(s)'")
         }

@@ -13,7 +13,8 @@ let usage = """
       sign        print the signed path for a source and options (lumen sign --help)
       bench       side-by-side benchmarks: lumen bench [decode|coalesce|overhead|cache|feed]... [--json] [--iterations N] [--count N]
                   (feed: [--quick] [--seed N], the demo's trace options)
-                  lumen bench serve [--json]: the image server under distinct, burst and hot workloads
+                  lumen bench serve [--json] [--compare NAME=URL-TEMPLATE]...: the image server under distinct, burst and
+                  hot workloads, beside other servers driven the same way (lumen bench serve --help)
     """
 
 /// Runs an async command on the global executor while the main thread waits. The main thread

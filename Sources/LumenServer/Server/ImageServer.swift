@@ -91,6 +91,11 @@ public final class ImageServer: Sendable {
             caches = [originals, results]
             resultDisk = results
         }
+        // A small cache of bitmaps: the server keeps encoded results (memory and disk), so
+        // bitmaps only need to outlive the moment between a result's encode and its storing
+        // (requests that arrive then make it again, from a cached bitmap). The pipeline's
+        // default budget kept a bitmap per recent result: several times their bytes.
+        pipelineConfiguration.imageCache = ImageCache(costLimit: 16 * 1024 * 1024)
         pipelineConfiguration.decoder = TimedDecoder(base: ImageDecoders.Default(), counters: metrics)
         pipelineConfiguration.maximumResponseDataSize = configuration.maximumSourceBytes
         pipelineConfiguration.maximumDecodedPixelCount = configuration.maximumSourcePixels
