@@ -29,10 +29,22 @@ extension ImagePipeline {
         /// What is written to ``dataCache``. Default ``DataCachePolicy/storeOriginalData``.
         public var dataCachePolicy: DataCachePolicy
         /// Whether disk entries' freshness follows the responses' `Cache-Control` (`max-age`,
-        /// `no-cache`, `immutable`) within the disk cache's TTL. `false`: the TTL alone decides.
+        /// `no-cache`, `immutable`) within the disk cache's TTL, and, for a response with none of
+        /// them but a `Last-Modified`, the heuristic of ``heuristicFreshnessFraction``. `false`:
+        /// the TTL alone decides.
         /// Either way a stale entry with a validator is revalidated with a conditional request
         /// and `no-store` responses are never written. Default `true`.
         public var isHTTPCachingRespected: Bool
+        /// The fraction of its age at storage (`storedAt` less `Last-Modified`) for which a
+        /// disk entry whose response stated no freshness (no `max-age`, `Expires`, `no-cache`
+        /// or `immutable`) but a `Last-Modified` is fresh: RFC 9111 §4.2.2's heuristic, capped
+        /// by ``maximumHeuristicFreshness`` and by the disk cache's TTL. After it the entry is
+        /// revalidated. 0 makes such entries stale at once. Applies while
+        /// ``isHTTPCachingRespected``. Default 0.1 (10%).
+        public var heuristicFreshnessFraction: Double
+        /// The longest heuristic freshness (see ``heuristicFreshnessFraction``), in seconds.
+        /// Default 86 400 (one day).
+        public var maximumHeuristicFreshness: TimeInterval
         /// Whether equivalent requests share running work at every stage. With `false`, every
         /// request builds its own chain (fetch, decode, each processor). Default `true`.
         public var isTaskCoalescingEnabled: Bool
@@ -96,6 +108,8 @@ extension ImagePipeline {
             self.dataCache = nil
             self.dataCachePolicy = .storeOriginalData
             self.isHTTPCachingRespected = true
+            self.heuristicFreshnessFraction = 0.1
+            self.maximumHeuristicFreshness = 86_400
             self.isTaskCoalescingEnabled = true
             self.isProgressiveDecodingEnabled = false
             self.dataLoadingQueue = WorkQueue(name: "lumen.data", maxConcurrentCount: 6, execution: .tasks)
