@@ -167,7 +167,7 @@ extension LoopbackServer {
                 return sendSimple(status: redirect.status, keepAlive: keepAlive, extraHeaders: ["Location": redirect.location])
             }
             if let status = route.statusOverride {
-                return sendSimple(status: status, keepAlive: keepAlive, isHead: request.method == "HEAD")
+                return sendSimple(status: status, keepAlive: keepAlive, isHead: request.method == "HEAD", extraHeaders: route.statusOverrideHeaders)
             }
             guard let data = route.data else { return sendSimple(status: 404, keepAlive: keepAlive, isHead: request.method == "HEAD") }
 

@@ -160,8 +160,12 @@ public final class LoopbackServer: Sendable {
 
     /// Answers requests to `path` with `status` (and a short text body) instead of its
     /// content, or restores the content when `status` is nil. Works on paths without content too.
-    public func respond(path: String, status: Int?) {
-        core.updateRoute(path) { $0.statusOverride = status }
+    /// `headers` are sent with the status (a `Retry-After`, say).
+    public func respond(path: String, status: Int?, headers: [String: String] = [:]) {
+        core.updateRoute(path) {
+            $0.statusOverride = status
+            $0.statusOverrideHeaders = headers
+        }
     }
 
     /// Answers requests to `path` with a `status` redirect (302 by default) to `location`,
@@ -348,6 +352,8 @@ extension LoopbackServer {
         var lastModified: String?
         var cacheControl: String?
         var statusOverride: Int?
+        /// Headers sent with ``statusOverride``.
+        var statusOverrideHeaders: [String: String] = [:]
         /// A redirect answered instead of the content: (status, Location).
         var redirect: (status: Int, location: String)?
         var informationalStatus: Int?

@@ -66,8 +66,14 @@ public final class MockDataLoader: DataLoading {
     public struct StatusError: HTTPStatusCodeProviding, Sendable, Hashable {
         /// The HTTP status.
         public var status: Int
-        /// Creates the error for the HTTP status `statusCode`.
-        public init(statusCode: Int) { self.status = statusCode }
+        /// The response's `Retry-After` value, for ``Lumen/HTTPStatusCodeProviding``.
+        public var retryAfter: String?
+        /// Creates the error for the HTTP status `statusCode`, with the `Retry-After` value
+        /// `retryAfter` (none by default).
+        public init(statusCode: Int, retryAfter: String? = nil) {
+            self.status = statusCode
+            self.retryAfter = retryAfter
+        }
         /// ``status``, for ``Lumen/HTTPStatusCodeProviding``: never `nil`.
         public var statusCode: Int? { status }
     }

@@ -131,16 +131,35 @@ public struct CacheMetadata: Sendable, Hashable, Codable {
     ///
     /// With `respectsHTTPCaching` (the default): `no-cache` is never fresh (always revalidate);
     /// `immutable` is fresh until the TTL; otherwise `max-age`, when present, bounds freshness
-    /// (never past the TTL, which bounds how long anything stays on disk); without `max-age`
-    /// the TTL alone decides. Without `respectsHTTPCaching`, the TTL alone decides. The age is
-    /// `now - storedAt`, clamped at 0 if the clock went backwards.
-    public func isFresh(now: Date, ttl: TimeInterval, respectsHTTPCaching: Bool = true) -> Bool {
+    /// (never past the TTL, which bounds how long anything stays on disk). Without `max-age`,
+    /// an entry with a `Last-Modified` (an IMF-fixdate before `storedAt`) is fresh for
+    /// RFC 9111 §4.2.2's heuristic: `heuristicFraction` of its age when stored
+    /// (`storedAt - lastModified`), at most `maximumHeuristicLifetime` and the TTL; one with no
+    /// usable `Last-Modified` follows the TTL alone. Without `respectsHTTPCaching`, the TTL
+    /// alone decides. The age is `now - storedAt`, clamped at 0 if the clock went backwards.
+    public func isFresh(
+        now: Date, ttl: TimeInterval, respectsHTTPCaching: Bool = true,
+        heuristicFraction: Double = 0.1, maximumHeuristicLifetime: TimeInterval = 86_400
+    ) -> Bool {
         let age = max(0, now.timeIntervalSince(storedAt))
         guard respectsHTTPCaching else { return age < ttl }
         if cacheControl.noCache { return false }
         if cacheControl.immutable { return age < ttl }
         if let maxAge = cacheControl.maxAge { return age < min(TimeInterval(maxAge), ttl) }
+        if let lifetime = heuristicLifetime(fraction: heuristicFraction, maximum: maximumHeuristicLifetime) {
+            return age < min(lifetime, ttl)
+        }
         return age < ttl
+    }
+
+    /// The heuristic freshness lifetime from ``lastModified``: `fraction` of the time from it
+    /// to ``storedAt``, at most `maximum`; `nil` when there is no parsable `Last-Modified`.
+    func heuristicLifetime(fraction: Double, maximum: TimeInterval) -> TimeInterval? {
+        guard let lastModified, let modified = Self.parseHTTPDate(lastModified.trimmingCharacters(in: .whitespaces)) else {
+            return nil
+        }
+        let sinceModified = max(0, storedAt.timeIntervalSince(modified))
+        return min(max(0, fraction) * sinceModified, max(0, maximum))
     }
 
     /// The headers that turn a request into a conditional one: `If-None-Match` from the ETag,

@@ -7,7 +7,7 @@ import Synchronization
 /// a miss (on read) or a dropped write, reported out of band.
 public protocol DataCaching: Sendable {
     /// The bytes and metadata stored for `key`, or `nil` on a miss. Stale entries are returned
-    /// too: freshness is the caller's decision (``CacheMetadata/isFresh(now:ttl:respectsHTTPCaching:)``).
+    /// too: freshness is the caller's decision (``CacheMetadata/isFresh(now:ttl:respectsHTTPCaching:heuristicFraction:maximumHeuristicLifetime:)``).
     func cachedData(for key: String) -> (data: Data, metadata: CacheMetadata)?
     /// Whether an entry exists for `key` (without validating or reading it).
     func containsData(for key: String) -> Bool
@@ -232,7 +232,7 @@ public final class DataCache: DataCaching {
     /// Reads the file on the caller's thread and validates it completely (size, header,
     /// checksum, key) before answering; an invalid file is a miss, is removed and is reported.
     /// Touches the file's LRU stamp when it is at least an hour old. Stale entries are returned:
-    /// check ``CacheMetadata/isFresh(now:ttl:respectsHTTPCaching:)`` with this cache's ``ttl``.
+    /// check ``CacheMetadata/isFresh(now:ttl:respectsHTTPCaching:heuristicFraction:maximumHeuristicLifetime:)`` with this cache's ``ttl``.
     public func cachedData(for key: String) -> (data: Data, metadata: CacheMetadata)? {
         enum Source { case pending(Data, CacheMetadata), miss, disk(renewed: CacheMetadata?) }
         let source: Source = state.withLock {

@@ -83,6 +83,13 @@ public final class DataLoader: DataLoading, Sendable {
             return nil
         }
 
+        /// The response's `Retry-After` header value, for `.statusCode` with an HTTP response
+        /// that carried one.
+        public var retryAfter: String? {
+            guard case .statusCode(_, let response?) = self else { return nil }
+            return (response as? HTTPURLResponse)?.value(forHTTPHeaderField: "Retry-After")
+        }
+
         /// A one-line explanation, e.g. `HTTP status 404 for https://example.com/a.jpg`.
         public var description: String {
             switch self {

@@ -133,6 +133,10 @@ final class CacheLayers: Sendable {
     let hasDataCache: Bool
     let policy: DataCachePolicy
     let isHTTPCachingRespected: Bool
+    /// The heuristic freshness of responses with only a `Last-Modified` (see
+    /// ``ImagePipeline/Configuration/heuristicFreshnessFraction``).
+    let heuristicFreshnessFraction: Double
+    let maximumHeuristicFreshness: TimeInterval
     /// The disk cache's TTL and clock (a ``DataCache``'s own; for other caches 7 days and
     /// wall-clock time).
     let ttl: TimeInterval
@@ -148,6 +152,8 @@ final class CacheLayers: Sendable {
         hasDataCache = configuration.dataCache != nil
         policy = configuration.dataCachePolicy
         isHTTPCachingRespected = configuration.isHTTPCachingRespected
+        heuristicFreshnessFraction = configuration.heuristicFreshnessFraction
+        maximumHeuristicFreshness = configuration.maximumHeuristicFreshness
         let disk = configuration.dataCache as? DataCache
         ttl = disk?.ttl ?? 7 * 24 * 3600
         clock = disk?.clock ?? .system
@@ -232,7 +238,10 @@ final class CacheLayers: Sendable {
 
     /// Whether `metadata` may be used without asking the server.
     func isFresh(_ metadata: CacheMetadata) -> Bool {
-        metadata.isFresh(now: clock.now, ttl: ttl, respectsHTTPCaching: isHTTPCachingRespected)
+        metadata.isFresh(
+            now: clock.now, ttl: ttl, respectsHTTPCaching: isHTTPCachingRespected,
+            heuristicFraction: heuristicFreshnessFraction, maximumHeuristicLifetime: maximumHeuristicFreshness
+        )
     }
 
     /// Writes `data` for `key` with the metadata of `response` (stored now). `no-store`

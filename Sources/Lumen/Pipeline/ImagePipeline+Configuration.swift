@@ -29,10 +29,22 @@ extension ImagePipeline {
         /// What is written to ``dataCache``. Default ``DataCachePolicy/storeOriginalData``.
         public var dataCachePolicy: DataCachePolicy
         /// Whether disk entries' freshness follows the responses' `Cache-Control` (`max-age`,
-        /// `no-cache`, `immutable`) within the disk cache's TTL. `false`: the TTL alone decides.
+        /// `no-cache`, `immutable`) within the disk cache's TTL, and, for a response with none of
+        /// them but a `Last-Modified`, the heuristic of ``heuristicFreshnessFraction``. `false`:
+        /// the TTL alone decides.
         /// Either way a stale entry with a validator is revalidated with a conditional request
         /// and `no-store` responses are never written. Default `true`.
         public var isHTTPCachingRespected: Bool
+        /// The fraction of its age at storage (`storedAt` less `Last-Modified`) for which a
+        /// disk entry whose response stated no freshness (no `max-age`, `Expires`, `no-cache`
+        /// or `immutable`) but a `Last-Modified` is fresh: RFC 9111 §4.2.2's heuristic, capped
+        /// by ``maximumHeuristicFreshness`` and by the disk cache's TTL. After it the entry is
+        /// revalidated. 0 makes such entries stale at once. Applies while
+        /// ``isHTTPCachingRespected``. Default 0.1 (10%).
+        public var heuristicFreshnessFraction: Double
+        /// The longest heuristic freshness (see ``heuristicFreshnessFraction``), in seconds.
+        /// Default 86 400 (one day).
+        public var maximumHeuristicFreshness: TimeInterval
         /// Whether equivalent requests share running work at every stage. With `false`, every
         /// request builds its own chain (fetch, decode, each processor). Default `true`.
         public var isTaskCoalescingEnabled: Bool
@@ -96,6 +108,8 @@ extension ImagePipeline {
             self.dataCache = nil
             self.dataCachePolicy = .storeOriginalData
             self.isHTTPCachingRespected = true
+            self.heuristicFreshnessFraction = 0.1
+            self.maximumHeuristicFreshness = 86_400
             self.isTaskCoalescingEnabled = true
             self.isProgressiveDecodingEnabled = false
             self.dataLoadingQueue = WorkQueue(name: "lumen.data", maxConcurrentCount: 6, execution: .tasks)
@@ -108,67 +122,5 @@ extension ImagePipeline {
             self.eventHandler = nil
             self.logger = nil
         }
-    }
-
-    /// When a failed download is tried again.
-    ///
-    /// Only the fetch stage retries, immediately, while the fetch still has subscribers; the
-    /// subscribers see one outcome (the last attempt's).
-    public struct RetryPolicy: Sendable {
-        /// Total attempts including the first; 1 means no retries.
-        public var maximumAttempts: Int
-        /// Whether a failure may be retried. Never asked about cancellation.
-        public var shouldRetry: @Sendable (ImagePipeline.Error) -> Bool
-
-        /// Creates a policy that makes up to `maximumAttempts` attempts, retrying the failures
-        /// `shouldRetry` accepts.
-        ///
-        /// - Parameters:
-        ///   - maximumAttempts: total attempts including the first; at least 1.
-        ///   - shouldRetry: whether a failure may be retried; the default is
-        ///     ``isTransient(_:)``: transport errors, bodies cut short, 408, 429 and 5xx —
-        ///     never a 404 or 403, nor an error of the caller's own, which a second attempt
-        ///     would only repeat.
-        public init(maximumAttempts: Int, shouldRetry: @escaping @Sendable (ImagePipeline.Error) -> Bool = RetryPolicy.isTransient) {
-            precondition(maximumAttempts >= 1, "RetryPolicy: maximumAttempts must be at least 1")
-            self.maximumAttempts = maximumAttempts
-            self.shouldRetry = shouldRetry
-        }
-
-        /// No retries.
-        public static let none = RetryPolicy(maximumAttempts: 1) { _ in false }
-
-        /// Whether `error` is a failure that may pass:
-        /// - a transport error: a `URLError` whose code says the network failed on the way
-        ///   (timed out, connection refused, lost or not secured, host not found, offline, or
-        ///   closed by the server before any answer — FoundationNetworking's
-        ///   `badServerResponse` for libcurl's "empty reply"), however the loader or a
-        ///   request's data closure threw it;
-        /// - a body cut short of its announced length (``DataLoader/Error/incompleteBody(expected:received:)``);
-        /// - an HTTP status of 408 (timeout), 429 (too many requests) or 5xx.
-        ///
-        /// Anything else is final: a 404 or 403, a malformed URL, a missing local file, an
-        /// error of the caller's own (from a data closure or a custom loader) — a second
-        /// attempt would only repeat it. Pass your own `shouldRetry` to widen it.
-        @Sendable public static func isTransient(_ error: ImagePipeline.Error) -> Bool {
-            guard error.code == .dataLoadingFailed else { return false }
-            if let status = error.statusCode {
-                return status == 408 || status == 429 || (500..<600).contains(status)
-            }
-            switch error.underlyingError {
-            case let error as URLError: return transientURLErrorCodes.contains(error.code)
-            case let error as DataLoader.Error:
-                if case .incompleteBody = error { return true }
-                return false
-            default: return false
-            }
-        }
-
-        /// `URLError` codes for failures on the way that a later attempt may not meet.
-        static let transientURLErrorCodes: Set<URLError.Code> = [
-            .timedOut, .cannotFindHost, .cannotConnectToHost, .networkConnectionLost, .dnsLookupFailed, .badServerResponse,
-            .notConnectedToInternet, .secureConnectionFailed, .resourceUnavailable, .internationalRoamingOff,
-            .callIsActive, .dataNotAllowed, .backgroundSessionWasDisconnected,
-        ]
     }
 }

@@ -6,6 +6,15 @@ public protocol HTTPStatusCodeProviding: Error {
     /// The HTTP status code of the response that failed, `nil` when the error is not about a
     /// status.
     var statusCode: Int? { get }
+    /// The failing response's `Retry-After` header value, verbatim (delta-seconds or an HTTP
+    /// date), `nil` when it had none. ``ImagePipeline/RetryPolicy`` waits at least that long
+    /// before retrying. The default implementation answers `nil`.
+    var retryAfter: String? { get }
+}
+
+extension HTTPStatusCodeProviding {
+    /// `nil`: the error carries no `Retry-After`.
+    public var retryAfter: String? { nil }
 }
 
 extension ImagePipeline {
@@ -70,6 +79,14 @@ extension ImagePipeline {
         public var statusCode: Int? {
             guard code == .dataLoadingFailed else { return nil }
             return (underlyingError as? any HTTPStatusCodeProviding)?.statusCode ?? nil
+        }
+
+        /// The failing response's `Retry-After` header value, verbatim, when loading failed
+        /// because of a non-2xx response that carried one (the underlying error conforms to
+        /// ``HTTPStatusCodeProviding``, as ``DataLoader/Error/statusCode(_:_:)`` does).
+        public var retryAfter: String? {
+            guard code == .dataLoadingFailed else { return nil }
+            return (underlyingError as? any HTTPStatusCodeProviding)?.retryAfter
         }
 
         /// A cancellation: the error with code ``Code/cancelled``.

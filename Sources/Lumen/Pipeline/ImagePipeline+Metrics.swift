@@ -69,6 +69,15 @@ extension ImagePipeline {
         /// Calls to the data loader for network URLs (including retries); `file:` and `data:`
         /// URLs and closure requests are not counted.
         public var networkRequestsStarted = 0
+        /// Attempts the retry policy started after a failure (each also counted in
+        /// ``networkRequestsStarted`` when it reaches the loader for a network URL).
+        public var retries = 0
+        /// Seconds the fetch stage spent in completed waits before retries (the delays the
+        /// retry policy chose: backoff or `Retry-After`); cancelled waits are not included.
+        public var retryWaitSeconds: Double = 0
+        /// Waits before a retry that ended because the fetch was cancelled (its last
+        /// subscriber left): no further attempt was made.
+        public var retryWaitsCancelled = 0
         /// Calls to the data loader for `file:` and `data:` URLs.
         public var localLoadsStarted = 0
         /// Loader calls running now.

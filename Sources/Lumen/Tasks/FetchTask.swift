@@ -21,7 +21,8 @@ import FoundationNetworking
 ///
 /// The maximum response size is enforced from the declared length at the first chunk and
 /// again while the body accumulates; an empty body is an error. Failures the retry policy
-/// allows are retried while the task still has subscribers.
+/// allows are retried while the task still has subscribers, after the policy's wait (backoff
+/// or `Retry-After`), which the last subscriber leaving cuts short.
 final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state guarded by graph.lock
     let request: ImageRequest
     let key: FetchKey
@@ -201,12 +202,37 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
                 return
             case .failure(let error):
                 if error.code != .cancelled, attempt < policy.maximumAttempts, !Task.isCancelled, policy.shouldRetry(error) {
+                    guard await waitBeforeRetry(attempt, after: error, policy: policy) else {
+                        complete(.failure(.cancelled))
+                        return
+                    }
+                    graph.metricsStore.withLock { $0.retries += 1 }
                     continue
                 }
                 complete(.failure(error))
                 return
             }
         }
+    }
+
+    /// Waits the retry policy's delay before retry number `retry`; `false` when the fetch
+    /// was cancelled (its last subscriber left) before or during the wait, which then ends at
+    /// once: the policy's `sleep` runs in this fetch's Swift task, which cancellation reaches.
+    private func waitBeforeRetry(_ retry: Int, after error: ImagePipeline.Error, policy: ImagePipeline.RetryPolicy) async -> Bool {
+        let delay = policy.delay(beforeRetry: retry, after: error, now: policy.clock.now, random: Double.random(in: 0...1))
+        guard delay > 0 else { return !Task.isCancelled }
+        do {
+            try await policy.sleep(delay)
+        } catch {
+            // A sleep that throws for another reason than cancellation still ends the wait.
+            if !Task.isCancelled { return true }
+        }
+        if Task.isCancelled {
+            graph.metricsStore.withLock { $0.retryWaitsCancelled += 1 }
+            return false
+        }
+        graph.metricsStore.withLock { $0.retryWaitSeconds += delay }
+        return true
     }
 
     private func loadOnce(conditionalHeaders: [String: String]) async -> Result<FetchedData, ImagePipeline.Error> {
