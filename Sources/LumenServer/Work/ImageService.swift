@@ -152,7 +152,10 @@ final class ImageService: HTTPHandling {
             return image
         }
         let (image, joined) = try await encodes.result(for: job.key) { [self] in
-            try await make(job)
+            // A result stored between this request's memory lookup and its turn here (the
+            // encode it would have joined just finished) is taken, not made again.
+            if let stored = memory[job.key] { return stored }
+            return try await make(job)
         }
         if joined { metrics.state.withLock { $0.encodeJoins += 1 } }
         return image
