@@ -10,6 +10,8 @@ struct KeepAliveClient {
         var bodyBytes = 0
         /// The body, only when asked for.
         var body: [UInt8]?
+        /// `X-Lumen-Node` (the fleet's nginx says which node answered), when present.
+        var node: String?
     }
 
     let port: Int
@@ -79,7 +81,11 @@ struct KeepAliveClient {
         guard parts.count >= 2, let status = Int(parts[1]) else { return nil }
         var length: Int?
         var isChunked = false, closes = false
+        var node: String?
         for line in lines.dropFirst() {
+            if line.lowercased().hasPrefix("x-lumen-node:") {
+                node = String(line.dropFirst("x-lumen-node:".count)).trimmingCharacters(in: .whitespaces)
+            }
             let lower = line.lowercased()
             func value(_ name: String) -> String { String(lower.dropFirst(name.count)).trimmingCharacters(in: .whitespaces) }
             if lower.hasPrefix("content-length:") { length = Int(value("content-length:")) }
@@ -119,7 +125,7 @@ struct KeepAliveClient {
         }
         buffer.removeFirst(consumed)
         if closes { close() }
-        return Response(status: status, bodyBytes: bodyBytes, body: keepingBody ? body : nil)
+        return Response(status: status, bodyBytes: bodyBytes, body: keepingBody ? body : nil, node: node)
     }
 
     private static func connect(_ port: Int) -> Int32 {

@@ -14,12 +14,26 @@ import Lumen
 /// performance goals are printed with their verdicts but do not fail the run (the machine's
 /// load moves them).
 enum DemoCommand {
-    static let usageText = "usage: lumen demo [--quick] [--seed N] [--rounds N] [--json] [--output DIR]"
+    static let usageText = """
+        usage: lumen demo [--quick] [--seed N] [--rounds N] [--json] [--output DIR]
+               lumen demo --fleet [--quick] [--json]
+
+          (default)  replays a scrolling feed through Lumen and a naive loader, side by side
+          --fleet    three `lumen serve` nodes behind nginx (deploy/nginx/lumen.conf), with and
+                     without Redis: (a) round robin, (b) round robin + Redis, (c) consistent
+                     hashing, (d) consistent hashing with one node killed halfway; 200 sources
+                     x 4 sizes with bursts (40 with --quick). Installs nginx and redis-server
+                     (apt) when missing; everything runs on 127.0.0.1 and is stopped after.
+                     --json prints one object: roundRobin, roundRobinRedis, consistentHash,
+                     consistentHashNodeKilled, each with originFetches, distinctSources,
+                     decodes, requests, failures, requestsPerSecond, p99Millis.
+        """
 
     /// Interleaved replays of each variant by default; the table shows each one's fastest.
     static let defaultRounds = 3
 
     static func run(_ argv: [String]) -> Int32 {
+        if argv.contains("--fleet") && !(argv.contains("-h") || argv.contains("--help")) { return DemoFleet.run(argv) }
         if argv.contains("-h") || argv.contains("--help") {
             print(usageText)
             return 0

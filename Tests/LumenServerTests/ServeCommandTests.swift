@@ -32,6 +32,19 @@ struct ServeCommandTests {
         return (process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: error, as: UTF8.self))
     }
 
+    /// Runs a shell command; returns status, stdout, stderr.
+    static func shell(_ command: String) throws -> (Int32, String, String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", command]
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        let output = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: output, as: UTF8.self), "")
+    }
+
     @Test func signPrintsTheLibrarysPath() throws {
         let (status, output, _) = try Self.run(["sign", "--key", "736563726574", "--salt", "68656c6c6f", "w:256,h:256", "https://a.example/p.jpg"])
         #expect(status == 0)
