@@ -3,7 +3,7 @@ SWIFT ?= swift
 # Warnings are errors in every build the Makefile runs.
 SWIFTFLAGS ?= -Xswiftc -warnings-as-errors
 
-.PHONY: deps build release demo test bench bench-compare bench-serve-compare clean
+.PHONY: deps build release demo demo-fleet test bench bench-compare bench-serve-compare clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -17,6 +17,10 @@ release: deps
 ## Build in release mode and run Lumen's main job.
 demo: release
 	$(SWIFT) run -c release --skip-build lumen demo
+
+## The fleet demo: three nodes behind nginx, with and without Redis (installs both if missing).
+demo-fleet: release
+	$(SWIFT) run -c release --skip-build lumen demo --fleet
 
 ## Run every test. One at a time: each test's time limit then covers its own work, not its
 ## wait for the other tests' threads (the suite takes about a minute either way on 2 cores).
