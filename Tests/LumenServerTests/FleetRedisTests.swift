@@ -126,6 +126,33 @@ struct FleetRedisTests {
         #expect(logs.count { $0.contains("connected") } == 2) // at start, and back
     }
 
+    /// Redis full (it refuses writes): requests are answered, the refusal is logged once and
+    /// counted, and writes are logged as accepted again once Redis has room.
+    @Test func aFullRedisFailsNoRequest() async throws {
+        let redis = try RedisProcess()
+        let origin = try LoopbackServer()
+        defer { origin.stop() }
+        let logs = LogLines()
+        let nodes = try Self.fleet(redis, origin: origin, count: 1, logs: logs)
+        let node = nodes[0]
+        let client = RedisClient(address: try RedisAddress(redis.url)) { _, _ in }
+        defer { client.close() }
+        #expect(await client.command("CONFIG", "SET", "maxmemory", "1") == .status("OK"))
+        #expect(await client.command("CONFIG", "SET", "maxmemory-policy", "noeviction") == .status("OK"))
+        for name in ["f1", "f2", "f3"] {
+            node.serveJPEG("/\(name).jpg", width: 200, height: 100)
+            #expect(try await node.get(node.path("w:40", "/\(name).jpg")).status == 200)
+        }
+        #expect(node.server.metrics.redis.errors >= 3)
+        #expect(node.server.metrics.redis.stores == 0)
+        #expect(logs.count { $0.contains("refusing writes") } == 1)
+        #expect(await client.command("CONFIG", "SET", "maxmemory", "0") == .status("OK"))
+        node.serveJPEG("/f4.jpg", width: 200, height: 100)
+        #expect(try await node.get(node.path("w:40", "/f4.jpg")).status == 200)
+        #expect(node.server.metrics.redis.stores == 2)
+        #expect(logs.count { $0.contains("accepting writes again") } == 1)
+    }
+
     /// A node that takes a source's lock and dies delays the others by the lock's lifetime at
     /// most: they then fetch for themselves.
     @Test func aLockLeftByADeadNodeOnlyDelays() async throws {
