@@ -217,7 +217,11 @@ struct RetryBackoffTests {
         // (or about to): either way cancelling it ends the wait.
         await pipeline.waitForMetrics { $0.networkRequestsStarted == 1 && $0.networkRequestsInFlight == 0 }
         task.cancel()
-        await pipeline.waitForMetrics { $0.retryWaitsCancelled == 1 && $0.liveTasks == 0 }
+        // A cancel that lands while the first attempt's failure is still being handled ends
+        // the fetch before it waits at all (then no wait is counted); either way no work is
+        // left: an hour's sleep that cancellation did not end would hold the fetch.
+        await pipeline.waitForMetrics { $0.liveTasks == 0 }
+        #expect(pipeline.metrics.retryWaitsCancelled <= 1)
         #expect(server.statistics.requests(for: "/busy.jpg") == 1)
         #expect(pipeline.metrics.retries == 0)
     }
