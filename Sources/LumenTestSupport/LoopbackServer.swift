@@ -249,6 +249,14 @@ public final class LoopbackServer: Sendable {
         }
     }
 
+    /// Lets held requests to `path` (and later ones) proceed, keeping its body hold
+    /// (`holdBody(_:after:)`): the responses then pause mid-body as usual. Tests use `hold`
+    /// and this to make sure that every client has subscribed before a response starts.
+    public func releaseRequests(_ path: String) {
+        let path = Self.normalize(path)
+        core.update { _ = $0.heldPaths.remove(path) }
+    }
+
     /// Lets every held request and held body proceed.
     public func releaseAll() {
         core.update {

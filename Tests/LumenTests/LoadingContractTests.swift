@@ -128,19 +128,26 @@ struct LoadingHTTPContractTests {
     }
 
     /// The maximum size is enforced from Content-Length: a response announcing more than the
-    /// limit fails at its first bytes, while the rest of the body is still withheld.
+    /// limit fails at its first bytes, while the rest of the body is still withheld; both
+    /// subscribers of the one download get the error.
     @Test func anAnnouncedLengthOverTheLimitFailsAtItsFirstBytes() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
         server.serve(path: "/big.jpg", data: bytes(100_000))
+        // Nothing is answered before both tasks have subscribed: otherwise the download can
+        // fail (a failed stage leaves the pool at once) before the second task exists, which
+        // then starts a second download of its own, and a second disconnect.
+        server.hold("/big.jpg")
         server.holdBody("/big.jpg", after: 1_000) // never released before the failure
         let pipeline = httpPipeline(limit: 10_000)
         let tasks = (0..<2).map { _ in pipeline.imageTask(with: ImageRequest(url: server.url(for: "/big.jpg"))) }
+        server.releaseRequests("/big.jpg")
         for task in tasks {
             let error = await failure { try await task.response }
             #expect(error?.code == .dataTooLarge)
             #expect(error?.byteCount == 100_000)
         }
+        #expect(pipeline.metrics.networkRequestsStarted == 1)
         #expect(pipeline.metrics.bytesDownloaded <= 1_000)
         try await server.waitUntil { $0.clientDisconnects == 1 }
         server.release("/big.jpg")

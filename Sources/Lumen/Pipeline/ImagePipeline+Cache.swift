@@ -21,6 +21,7 @@ extension ImagePipeline {
     /// ``FetchImage``, which decodes the bytes it holds itself unless someone already decodes
     /// the image at that size, and downloads them only if nobody is decoding the image.
     func imageTaskJoiningRunningWork(for request: ImageRequest, requiringInput: Bool = false) -> ImageTask? {
+        let request = bucketed(request)
         let finalKey = graph.caches.hasImageCache ? RequestCacheKeys.finalMemoryKey(request) : nil
         let keys = graph.requestKeys(for: request, finalMemoryKey: finalKey)
         let task = ImageTask(request: request, graph: graph)
@@ -51,6 +52,9 @@ extension ImagePipeline {
     /// `imageID` — signed URLs for one object, say — share entries: setting `imageID` states
     /// that the bytes are the same for everyone holding those credentials.
     ///
+    /// With ``Configuration/isDecodeSizeBucketingEnabled`` a request's decode size is rounded
+    /// to its bucket before its keys are made, as it is when the request is loaded.
+    ///
     /// Memory operations are synchronous and lock-protected (no actor hop); disk operations do
     /// file I/O on the caller's thread.
     public struct Cache: Sendable {
@@ -62,9 +66,9 @@ extension ImagePipeline {
         /// processors applied). Synchronous: no actor hop. Setting stores it (counted as a
         /// memory write), `nil` removes it. Ignores the request's cache options.
         public subscript(request: ImageRequest) -> ImageContainer? {
-            get { caches.cachedImage(for: RequestCacheKeys.finalMemoryKey(request)) }
+            get { caches.cachedImage(for: RequestCacheKeys.finalMemoryKey(pipeline.bucketed(request))) }
             nonmutating set {
-                let key = RequestCacheKeys.finalMemoryKey(request)
+                let key = RequestCacheKeys.finalMemoryKey(pipeline.bucketed(request))
                 if let newValue {
                     caches.storeImage(newValue, for: key)
                 } else {
@@ -76,7 +80,7 @@ extension ImagePipeline {
         /// Whether a decoded image for `request` is in memory.
         public func containsCachedImage(for request: ImageRequest) -> Bool {
             guard let imageCache = caches.imageCache else { return false }
-            return imageCache[RequestCacheKeys.finalMemoryKey(request)] != nil
+            return imageCache[RequestCacheKeys.finalMemoryKey(pipeline.bucketed(request))] != nil
         }
 
         /// Whether the bytes `request` would fetch (its original data) are on disk.
@@ -99,7 +103,7 @@ extension ImagePipeline {
         /// Removes `request`'s entries: its final image from memory, its original bytes and its
         /// processed image from disk.
         public func removeAll(for request: ImageRequest) {
-            let keys = RequestCacheKeys(request)
+            let keys = RequestCacheKeys(pipeline.bucketed(request))
             caches.imageCache?.removeValue(forKey: keys.memory[request.processors.count])
             if let dataCache = caches.dataCache, let original = keys.diskOriginal {
                 dataCache.removeData(for: original)

@@ -59,6 +59,19 @@ extension ImagePipeline {
         /// are decoded only while some ``ImageTask/events`` stream of this pipeline is open
         /// (`image(for:)` callers never see them, so they cost nothing there). Default `false`.
         public var isProgressiveDecodingEnabled: Bool
+        /// Whether every request's decode size (``ImageRequest/thumbnail``) is rounded up to
+        /// 64-pixel buckets (``DisplaySize/bucketSize``) where it enters the pipeline, as
+        /// ``FetchImage`` rounds display sizes: `.maxPixelSize(199)` and `.maxPixelSize(201)`
+        /// both become `.maxPixelSize(256)`, so they share one decode, one memory-cache entry
+        /// and one processed disk entry, whoever asks. A `.size` target has its longest side
+        /// rounded up and its other side scaled by the same factor (rounded up), keeping its
+        /// aspect ratio and content mode. The rounding applies to ``ImagePipeline/imageTask(with:)``,
+        /// ``ImagePipeline/image(for:)-(ImageRequest)``, ``ImagePipeline/cache`` lookups by
+        /// request and ``ImagePrefetcher``; the task's ``ImageTask/request`` and its responses
+        /// carry the rounded size. The image is never decoded above its natural size: a request
+        /// rounded up past the image's size gets the image at its natural size (the default
+        /// decoder never upscales). Default `false`: sizes are used exactly as given.
+        public var isDecodeSizeBucketingEnabled: Bool
         /// Downloads (and data closures): async work, at most 6 at once by default.
         public var dataLoadingQueue: WorkQueue
         /// Decodes (and the disk-cache lookups of original bytes that precede them): dedicated
@@ -112,6 +125,7 @@ extension ImagePipeline {
             self.maximumHeuristicFreshness = 86_400
             self.isTaskCoalescingEnabled = true
             self.isProgressiveDecodingEnabled = false
+            self.isDecodeSizeBucketingEnabled = false
             self.dataLoadingQueue = WorkQueue(name: "lumen.data", maxConcurrentCount: 6, execution: .tasks)
             self.decodingQueue = WorkQueue(name: "lumen.decode", maxConcurrentCount: cores, execution: .threads)
             self.processingQueue = WorkQueue(name: "lumen.process", maxConcurrentCount: cores, execution: .threads)

@@ -73,6 +73,7 @@ public final class ImagePipeline: Sendable {
     /// `.memory`. On a miss, the memory cache is asked for the longest processor prefix it
     /// holds, and the graph starts from there.
     public func imageTask(with request: ImageRequest) -> ImageTask {
+        let request = bucketed(request)
         let finalKey = !graph.caches.hasImageCache ? nil : RequestCacheKeys.finalMemoryKey(request)
         // Read before the memory cache is: see `ImageTask.start`.
         let generation = finishedStages(before: request, finalKey: finalKey)
@@ -98,6 +99,20 @@ public final class ImagePipeline: Sendable {
     private func finishedStages(before request: ImageRequest, finalKey: ImageCacheKey?) -> Int? {
         guard finalKey != nil, CacheLayers.readsMemory(request.options) else { return nil }
         return graph.finishedStages.load(ordering: .acquiring)
+    }
+
+    /// `request` as the pipeline keys, decodes and caches it: with
+    /// ``Configuration/isDecodeSizeBucketingEnabled``, its ``ImageRequest/thumbnail`` rounded
+    /// up to 64-pixel buckets (``LumenImaging/DecodeSize/bucketed``); otherwise, or when the
+    /// size is already a bucket, `request` itself (no copy). Every entry point that takes a
+    /// request applies it first, so that keys, decodes and cache entries agree.
+    func bucketed(_ request: ImageRequest) -> ImageRequest {
+        guard configuration.isDecodeSizeBucketingEnabled, let size = request.thumbnail else { return request }
+        let rounded = size.bucketed
+        guard rounded != size else { return request }
+        var copy = request
+        copy.thumbnail = rounded
+        return copy
     }
 
     /// The memory-cache hit path: the final image of `request`, if the memory cache has it and
@@ -150,6 +165,7 @@ public final class ImagePipeline: Sendable {
     /// cache's answer, or a task to run.
     @inline(never)
     private func prepare(_ request: ImageRequest) -> Prepared {
+        let request = bucketed(request)
         let finalKey = !graph.caches.hasImageCache ? nil : RequestCacheKeys.finalMemoryKey(request)
         let generation = finishedStages(before: request, finalKey: finalKey)
         if let finalKey, let response = cachedResponse(for: request, key: finalKey) { return .hit(response) }

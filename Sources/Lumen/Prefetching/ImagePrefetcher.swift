@@ -13,7 +13,8 @@ import Synchronization
 /// - A request whose result is already cached (``ImagePipeline/cache``), or that is already
 ///   pending or running here, is skipped.
 /// - Two requests are the same prefetch when their image ID and credentials agree and, for
-///   ``Destination/memoryCache``, their decode size and processors too.
+///   ``Destination/memoryCache``, their decode size and processors too (the decode size as
+///   the pipeline rounds it, under ``ImagePipeline/Configuration/isDecodeSizeBucketingEnabled``).
 /// - Errors are swallowed: prefetching is best effort (``outcomes`` counts them).
 ///
 /// All members are safe to call from any thread and take effect before they return: the
@@ -141,7 +142,8 @@ public final class ImagePrefetcher: Sendable {
     /// ``maxConcurrentRequestCount`` have subscribed to the pipeline when this returns.
     public func startPrefetching(with requests: [ImageRequest]) {
         let items = requests.compactMap { request -> (key: ImageCacheKey, request: ImageRequest)? in
-            isCached(request) ? nil : (key(for: request), request)
+            let request = pipeline.bucketed(request)
+            return isCached(request) ? nil : (key(for: request), request)
         }
         guard !items.isEmpty else {
             // Everything was cached: the batch is done now, if nothing else runs.
@@ -161,7 +163,7 @@ public final class ImagePrefetcher: Sendable {
     /// cancelled. Only the prefetch's own subscription ends: work that a visible request also
     /// needs goes on.
     public func stopPrefetching(with requests: [ImageRequest]) {
-        let keys = requests.map(key(for:))
+        let keys = requests.map { key(for: pipeline.bucketed($0)) }
         let (handles, starts, becameIdle) = state.withLock { $0.machine.stop(keys) }
         handles.forEach { $0.cancel() }
         perform(starts)
