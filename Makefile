@@ -3,7 +3,7 @@ SWIFT ?= swift
 # Warnings are errors in every build the Makefile runs.
 SWIFTFLAGS ?= -Xswiftc -warnings-as-errors
 
-.PHONY: deps build release demo demo-fleet test bench bench-compare bench-serve-compare clean
+.PHONY: deps build release demo demo-fleet test fuzz-smoke bench bench-compare bench-serve-compare clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -27,6 +27,12 @@ demo-fleet: release
 test: deps
 	$(SWIFT) build --build-tests $(SWIFTFLAGS)
 	$(SWIFT) test --skip-build --no-parallel
+
+## Every fuzz target (libFuzzer + AddressSanitizer, built with swiftc into .build/fuzz, not
+## part of the package) for FUZZ_SMOKE_SECONDS (60) each from the saved seeds: one line per
+## target; fails on any finding. See scripts/fuzz.sh for longer runs and reproducing one.
+fuzz-smoke: deps
+	@bash scripts/fuzz.sh smoke
 
 ## Side-by-side benchmarks (release build).
 bench: release

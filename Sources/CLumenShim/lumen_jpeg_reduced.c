@@ -368,6 +368,21 @@ static inline __attribute__((always_inline)) void to_bytes(v4 acc, uint8_t *out)
 #endif
 }
 
+// libjpeg passes its IDCT output through a range-limit table indexed by the value masked to
+// ten bits (jdmaster.c, prepare_range_limit_table): that clamps values within 512 of the
+// centre and wraps the rest around, so damaged data whose means land further out gives
+// TurboJPEG other pixels than clamping does. An 8-bit image's means stay far inside (an IDCT
+// overshoots the sample range by a few hundred at most); a block that does not is declined,
+// so that TurboJPEG decodes the file and its pixels are the decode's.
+enum { IDCT_RANGE = 500 };
+
+static inline __attribute__((always_inline)) int beyond_idct_range(v4 acc) {
+    const v4 top = {IDCT_RANGE, IDCT_RANGE, IDCT_RANGE, IDCT_RANGE};
+    typedef int i4 __attribute__((vector_size(16)));
+    i4 out = (acc > top) | (acc < -top);
+    return out[0] | out[1] | out[2] | out[3];
+}
+
 static inline __attribute__((always_inline)) uint8_t clamp_byte(float v) {
     v += 0.5f;
     if (v <= 0) return 0;
@@ -499,6 +514,13 @@ int lumen_jpeg_decode_reduced(
                 int total = 0;
                 for (int i = 0; i < 16; i++) total += s[1 + i];
                 if (send - s < 17 + total) goto done;
+                // libjpeg refuses a DC table with a symbol over 15 ("Bogus Huffman table
+                // definition") even when no code uses it: decline it, and TurboJPEG reports it.
+                if (tc == 0) {
+                    for (int i = 0; i < total; i++) {
+                        if (s[17 + i] > 15) goto done;
+                    }
+                }
                 if (build_table(&tables[tc * 4 + th], s + 1, s + 17, total) != 0) goto done;
                 s += 17 + total;
             }
@@ -695,7 +717,9 @@ scan:;
                                 }
                             }
                             if (n > 64) goto done;
-                            plane[(size_t)y0 * stride + x0] = clamp_byte((float)k->pred * k->weight[0][0][0] + 128);
+                            float mean = (float)k->pred * k->weight[0][0][0];
+                            if (mean > IDCT_RANGE || mean < -IDCT_RANGE) goto done;  // see beyond_idct_range
+                            plane[(size_t)y0 * stride + x0] = clamp_byte(mean + 128);
                             continue;
                         }
                         float dc = (float)k->pred;
@@ -704,10 +728,13 @@ scan:;
                         if (cells <= 4) {
                             v4 acc[1] = {dc * k->weight[0][0]};
                             n = accumulate_ac(&r, act, (const v4 (*)[4])k->weight, acc, 1);
+                            if (beyond_idct_range(acc[0])) goto done;
                             to_bytes(acc[0], cell);
                         } else {
                             v4 acc[4] = {dc * k->weight[0][0], dc * k->weight[0][1], dc * k->weight[0][2], dc * k->weight[0][3]};
                             n = accumulate_ac(&r, act, (const v4 (*)[4])k->weight, acc, 4);
+                            if (beyond_idct_range(acc[0]) | beyond_idct_range(acc[1]) | beyond_idct_range(acc[2])
+                                | beyond_idct_range(acc[3])) goto done;
                             for (int i = 0; i < 4; i++) to_bytes(acc[i], cell + 4 * i);
                         }
                         if (n < 0 || n > 64) goto done;
@@ -771,13 +798,19 @@ scan:;
     // Many whole bytes left between the last block and the marker mean the codes were misread
     // (damaged data that fell back in step), not padding: decline, as JPEGCodec does for
     // TurboJPEG's "extraneous bytes before marker 0xd9" warning from the same count (64).
+    // The marker after the scan must be the end of the image: libjpeg reads on to it, and
+    // refuses what it finds on the way (a second frame header: "two SOF markers"); anything
+    // there is declined and left to TurboJPEG.
     {
         size_t left = r.hit_marker ? 0 : (size_t)r.count / 8;
-        for (const uint8_t *m = r.p; !r.hit_marker && m < r.end && left < 64; m++) {
+        const uint8_t *m = r.p;
+        for (; !r.hit_marker && m < r.end && left < 64; m++) {
             if (*m == 0xFF && m + 1 < r.end && m[1] != 0x00) break;  // the marker
             if (*m != 0x00 || m == r.p || m[-1] != 0xFF) left++;     // a stuffed FF 00 is one byte
         }
         if (left >= 64) goto done;
+        while (m < r.end && *m == 0xFF) m++;
+        if (m >= r.end || *m != 0xD9) goto done;
     }
     status = 0;
 done:

@@ -136,4 +136,83 @@ struct FuzzRegressionTests {
         let raw = try ImageDecoder.decode(data, options: DecodeOptions(convertsColorProfile: false))
         #expect(converted.bitmap.width == raw.bitmap.width && converted.bitmap.height == raw.bitmap.height)
     }
+
+    // MARK: - Reduced JPEG decode against TurboJPEG (found by the jpeg-reduced target)
+
+    /// `jpeg` with the first quantisation table's DC step set to `step`.
+    static func withDCStep(_ jpeg: Data, _ step: UInt8) throws -> Data {
+        var bytes = [UInt8](jpeg)
+        let dqt = try #require(bytes.indices.dropLast().first { bytes[$0] == 0xFF && bytes[$0 + 1] == 0xDB })
+        try #require(bytes[dqt + 4] & 0xF0 == 0, "an 8-bit table")
+        bytes[dqt + 5] = step
+        return Data(bytes)
+    }
+
+    /// Two flipped bytes in hopper's entropy data made DC terms whose means lie far outside the
+    /// sample range; libjpeg's range-limit table wraps such values (it clamps only within 512
+    /// of the centre), Lumen's reduced decoder clamped them: mean 21, max 253 levels apart at
+    /// 1/8. It now declines such blocks, so TurboJPEG decodes the file and the thumbnail is the
+    /// same whichever decoder is allowed. A DC step of 200 on a quality-100 image gives the
+    /// same out-of-range means in a valid file.
+    @Test(arguments: [8, 4])
+    func meansBeyondLibjpegsRangeLimitAreLeftToTurboJPEG(denominator: Int) throws {
+        let photo = CorpusJPEG.photoLike(width: 96, height: 64)
+        let clean = try photo.encode(as: .jpeg(quality: 100))
+        #expect(try JPEGEighthScaleTests.reduced(clean, denominator: denominator) != nil, "the clean file takes the reduced decoder")
+        let scaled = try Self.withDCStep(clean, 200)
+        #expect(try JPEGEighthScaleTests.reduced(scaled, denominator: denominator) == nil)
+        var options = DecodeOptions(size: .maxPixelSize(96 / denominator), convertsColorProfile: false)
+        let ours = try ImageDecoder.decode(scaled, options: options)
+        options.allowsReducedScaleDecoder = false
+        let theirs = try ImageDecoder.decode(scaled, options: options)
+        #expect(ours.bitmap == theirs.bitmap)
+        #expect(ours.statistics.codecScale == 1 / Double(denominator))
+    }
+
+    /// A DC Huffman table with a symbol over 15 that no code of the scan uses: libjpeg refuses
+    /// the table ("Bogus Huffman table definition"), Lumen's reduced decoder built it and gave
+    /// an image. It now declines, and the decode reports TurboJPEG's error either way.
+    @Test(arguments: [8, 4])
+    func aDCTableSymbolOver15IsLeftToTurboJPEG(denominator: Int) throws {
+        var bytes = [UInt8](try CorpusJPEG.photoLike(width: 96, height: 64).encode(as: .jpeg(quality: 85)))
+        let dht = try #require(bytes.indices.dropLast().first { bytes[$0] == 0xFF && bytes[$0 + 1] == 0xC4 })
+        try #require(bytes[dht + 4] >> 4 == 0, "the first table is a DC table")
+        let total = (0..<16).reduce(0) { $0 + Int(bytes[dht + 5 + $1]) }
+        bytes[dht + 5 + 16 + total - 1] = 73  // the longest code's category (11), unused here
+        let data = Data(bytes)
+        #expect(try JPEGEighthScaleTests.reduced(data, denominator: denominator) == nil)
+        var options = DecodeOptions(size: .maxPixelSize(96 / denominator))
+        let ours = Result { () throws(ImagingError) in try ImageDecoder.decode(data, options: options) }
+        options.allowsReducedScaleDecoder = false
+        let theirs = Result { () throws(ImagingError) in try ImageDecoder.decode(data, options: options) }
+        guard case .failure(let error) = theirs else {
+            Issue.record("TurboJPEG decoded a table with a symbol over 15")
+            return
+        }
+        guard case .failure(let ourError) = ours else {
+            Issue.record("the decode gave an image where TurboJPEG refuses the table")
+            return
+        }
+        #expect(ourError == error)
+    }
+
+    /// A second frame header between the scan and the end of the image: libjpeg reads on to
+    /// the end and refuses it ("two SOF markers"); the reduced decoder stopped at the scan's
+    /// end and gave an image. It now declines whatever marker but the end follows the scan.
+    @Test(arguments: [8, 4])
+    func aFrameHeaderAfterTheScanIsLeftToTurboJPEG(denominator: Int) throws {
+        var bytes = [UInt8](try CorpusJPEG.photoLike(width: 96, height: 64).encode(as: .jpeg(quality: 85)))
+        let sof = try #require(bytes.indices.dropLast().first { bytes[$0] == 0xFF && bytes[$0 + 1] == 0xC0 })
+        let length = Int(bytes[sof + 2]) << 8 | Int(bytes[sof + 3])
+        try #require(bytes.suffix(2) == [0xFF, 0xD9])
+        bytes.insert(contentsOf: bytes[sof..<(sof + 2 + length)], at: bytes.count - 2)
+        let data = Data(bytes)
+        #expect(try JPEGEighthScaleTests.reduced(data, denominator: denominator) == nil)
+        var options = DecodeOptions(size: .maxPixelSize(96 / denominator))
+        let ours = Result { () throws(ImagingError) in try ImageDecoder.decode(data, options: options).bitmap }
+        options.allowsReducedScaleDecoder = false
+        let theirs = Result { () throws(ImagingError) in try ImageDecoder.decode(data, options: options).bitmap }
+        #expect(ours == theirs)
+        if case .success = theirs { Issue.record("TurboJPEG decoded a file with two frame headers") }
+    }
 }
