@@ -1,4 +1,3 @@
-import CCrypto
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -214,10 +213,6 @@ final class ImageService: HTTPHandling {
     }
 
     static func etag(_ data: Data) -> String {
-        var digest = [UInt8](repeating: 0, count: Int(SHA256_DIGEST_LENGTH))
-        data.withUnsafeBytes { bytes in
-            _ = SHA256(bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count, &digest)
-        }
-        return "\"" + digest.prefix(16).map { String(format: "%02x", $0) }.joined() + "\""
+        "\"" + SharedStore.hex(SharedStore.digest(data).prefix(16)) + "\""
     }
 }
