@@ -10,10 +10,11 @@ import Testing
 struct FleetRedisTests {
     /// Three nodes in front of one origin, all on `redis`.
     private static func fleet(_ redis: RedisProcess, origin: LoopbackServer, count: Int = 3,
-                              logs: LogLines? = nil) throws -> [ServerFixture] {
+                              logs: LogLines? = nil, redisTimeout: Double = 0.5) throws -> [ServerFixture] {
         try (0..<count).map { index in
             try ServerFixture(origin: origin) { c in
                 c.redis = try! RedisAddress(redis.url)
+                c.redisTimeout = redisTimeout
                 if index == 0, let logs { c.logger = { line in logs.append(line) } }
             }
         }
@@ -123,6 +124,41 @@ struct FleetRedisTests {
         #expect(try await nodes[1].get(nodes[1].path("w:50", "/d.jpg")).status == 200)
         #expect(origin.requestCount(for: "/d.jpg") == 1)
         #expect(nodes[1].server.metrics.redis.hits["result"] == 2) // and node 0's for /d.jpg
+        #expect(logs.count { $0.contains("connected") } == 2) // at start, and back
+    }
+
+    /// Redis slow rather than down: the process is frozen (SIGSTOP), so connections are
+    /// accepted and commands never answered. Every request is answered while it stays frozen
+    /// (the test thaws it only after the answers, so a node that waited on Redis would hang
+    /// here), the nodes mark it unreachable once, and share again once it answers.
+    @Test func aSlowRedisFailsNoRequestAndSharingResumesWhenItAnswers() async throws {
+        let redis = try RedisProcess()
+        let origin = try LoopbackServer()
+        defer { origin.stop() }
+        let logs = LogLines()
+        let nodes = try Self.fleet(redis, origin: origin, count: 2, logs: logs, redisTimeout: 0.2)
+        for name in ["s1", "s2", "s3", "s4"] { nodes[0].serveJPEG("/\(name).jpg", width: 320, height: 240) }
+        #expect(try await nodes[0].get(nodes[0].path("w:50", "/s1.jpg")).status == 200)
+        #expect(try await nodes[1].get(nodes[1].path("w:50", "/s1.jpg")).status == 200)
+        #expect(origin.requestCount(for: "/s1.jpg") == 1)
+
+        redis.freeze()
+        var statuses: [Int] = []
+        for name in ["s2", "s3"] {
+            for node in nodes {
+                for width in [40, 60] { statuses.append(try await node.get(node.path("w:\(width)", "/\(name).jpg")).status) }
+            }
+        }
+        // Answered before Redis thaws, each from an origin fetch or the node's own caches.
+        #expect(statuses == Array(repeating: 200, count: statuses.count))
+        #expect(nodes.allSatisfy { !$0.server.metrics.redis.isUp })
+        #expect(logs.count { $0.contains("unreachable") } == 1)
+
+        redis.thaw()
+        await eventually("both nodes reconnect") { nodes.allSatisfy { $0.server.metrics.redis.isUp } }
+        #expect(try await nodes[0].get(nodes[0].path("w:50", "/s4.jpg")).status == 200)
+        #expect(try await nodes[1].get(nodes[1].path("w:50", "/s4.jpg")).status == 200)
+        #expect(origin.requestCount(for: "/s4.jpg") == 1)
         #expect(logs.count { $0.contains("connected") } == 2) // at start, and back
     }
 

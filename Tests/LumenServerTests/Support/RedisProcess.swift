@@ -32,7 +32,18 @@ final class RedisProcess: @unchecked Sendable { // started and stopped by one te
         self.service = service
     }
 
+    /// Freezes the server (SIGSTOP): it keeps its port and accepts connections, and answers
+    /// nothing until ``thaw()``.
+    func freeze() {
+        if let service { kill(service.pid, SIGSTOP) }
+    }
+
+    func thaw() {
+        if let service { kill(service.pid, SIGCONT) }
+    }
+
     func stop() {
+        thaw()
         service?.stop()
         service = nil
     }
