@@ -95,6 +95,7 @@ typedef struct {
     int uh;      // 2: the means are upsampled across with libjpeg's triangle filter; else 1
     int valid;   // with uh == 2: the means per row that hold image (libjpeg's downsampled_width)
     int pred;
+    int qmax;    // the largest entry of the component's quantisation table
     // The dequantised contribution of each coefficient, in zigzag order, to each mean (four
     // per vector); the entries past 63 are zero, for a corrupt run that overshoots.
     v4 weight[80][4];
@@ -376,6 +377,16 @@ static inline __attribute__((always_inline)) void to_bytes(v4 acc, uint8_t *out)
 // so that TurboJPEG decodes the file and its pixels are the decode's.
 enum { IDCT_RANGE = 500 };
 
+// TurboJPEG's SIMD reduced IDCTs (2×2, 4×4) dequantise in 16-bit lanes, so a coefficient
+// whose product with its quantiser leaves the int16 range wraps there and gives other pixels
+// than exact arithmetic. An 8-bit image's dequantised coefficients stay near 1 024 at most;
+// a block whose values could reach past 32 767 (bounded by the OR of their magnitudes times
+// the table's largest entry) is damaged and declined, so TurboJPEG decodes the file.
+static inline __attribute__((always_inline)) int beyond_dequantised_range(int magnitude, int pred, int qmax) {
+    int dc = pred < 0 ? -pred : pred;
+    return (long)(magnitude | dc) * qmax > 32767;
+}
+
 static inline __attribute__((always_inline)) int beyond_idct_range(v4 acc) {
     const v4 top = {IDCT_RANGE, IDCT_RANGE, IDCT_RANGE, IDCT_RANGE};
     typedef int i4 __attribute__((vector_size(16)));
@@ -394,8 +405,9 @@ static inline __attribute__((always_inline)) uint8_t clamp_byte(float v) {
 // means (`vectors` of four). Returns the position after the last coefficient (> 64 for a
 // corrupt block), or -1 for a bad code. `vectors` is a constant at each call.
 static inline __attribute__((always_inline)) int accumulate_ac(
-    BitReader *r, const HuffTable *act, const v4 (*weight)[4], v4 *acc, int vectors) {
+    BitReader *r, const HuffTable *act, const v4 (*weight)[4], v4 *acc, int vectors, int *magnitude) {
     int n = 1;
+    int bits = 0;  // the OR of the values' magnitudes: at least the largest, below twice it
     while (n < 64) {
         if (r->count < 16) refill(r);
         FastAC e = act->fastac[peek_count(r, FASTBITS)];
@@ -405,6 +417,7 @@ static inline __attribute__((always_inline)) int accumulate_ac(
             // block's.
             int k = n + (e.runs & 15);
             float v = e.value0;
+            bits |= (e.value0 ^ (e.value0 >> 15)) | (e.value1 ^ (e.value1 >> 15));
             if (n < 48) {
                 // The first step ends at 62 at most, so the second (if any) is this block's
                 // too, and both are taken without a branch on whether there is one (that
@@ -445,13 +458,16 @@ static inline __attribute__((always_inline)) int accumulate_ac(
                 n += 16;
                 continue;
             }
-            v = (float)receive_extend(r, s);
+            int value = receive_extend(r, s);
+            bits |= value < 0 ? -value : value;
+            v = (float)value;
         }
         n += run;
         const v4 *w = weight[n];
         for (int i = 0; i < vectors; i++) acc[i] += v * w[i];
         n++;
     }
+    *magnitude = bits;
     return n;
 }
 
@@ -608,6 +624,8 @@ scan:;
             goto done;  // vertical upsampling (4:4:0 at 1/4) needs the neighbouring rows
         }
         k->pred = 0;
+        k->qmax = 0;
+        for (int i = 0; i < 64; i++) k->qmax = quant[k->tq][i] > k->qmax ? quant[k->tq][i] : k->qmax;
         int lh = k->fh == 4 ? 2 : k->fh - 1, lv = k->fv == 4 ? 2 : k->fv - 1;
         memset(k->weight, 0, sizeof k->weight);
         for (int z = 0; z < 64; z++) {
@@ -727,14 +745,16 @@ scan:;
                         uint8_t *o = plane + (size_t)y0 * stride + x0;
                         if (cells <= 4) {
                             v4 acc[1] = {dc * k->weight[0][0]};
-                            n = accumulate_ac(&r, act, (const v4 (*)[4])k->weight, acc, 1);
-                            if (beyond_idct_range(acc[0])) goto done;
+                            int magnitude;
+                            n = accumulate_ac(&r, act, (const v4 (*)[4])k->weight, acc, 1, &magnitude);
+                            if (beyond_idct_range(acc[0]) || beyond_dequantised_range(magnitude, k->pred, k->qmax)) goto done;
                             to_bytes(acc[0], cell);
                         } else {
                             v4 acc[4] = {dc * k->weight[0][0], dc * k->weight[0][1], dc * k->weight[0][2], dc * k->weight[0][3]};
-                            n = accumulate_ac(&r, act, (const v4 (*)[4])k->weight, acc, 4);
+                            int magnitude;
+                            n = accumulate_ac(&r, act, (const v4 (*)[4])k->weight, acc, 4, &magnitude);
                             if (beyond_idct_range(acc[0]) | beyond_idct_range(acc[1]) | beyond_idct_range(acc[2])
-                                | beyond_idct_range(acc[3])) goto done;
+                                | beyond_idct_range(acc[3]) | beyond_dequantised_range(magnitude, k->pred, k->qmax)) goto done;
                             for (int i = 0; i < 4; i++) to_bytes(acc[i], cell + 4 * i);
                         }
                         if (n < 0 || n > 64) goto done;

@@ -215,4 +215,39 @@ struct FuzzRegressionTests {
         #expect(ours == theirs)
         if case .success = theirs { Issue.record("TurboJPEG decoded a file with two frame headers") }
     }
+    /// A mutated 9×70 4:2:0 file (junk between segments, a luma AC table with repeated
+    /// symbols, a zero chroma quantiser) whose chroma coefficients times their quantisers pass
+    /// the int16 range: TurboJPEG's SIMD 2×2 IDCT dequantises in 16-bit lanes and wraps them,
+    /// so at 1/8 its chroma cells came out mirrored against the reduced decoder's exact ones
+    /// (31.7 levels apart on average, 255 at most). The reduced decoder now declines blocks
+    /// whose dequantised coefficients can leave that range, and the decode is TurboJPEG's.
+    @Test(arguments: [8, 4])
+    func dequantisedCoefficientsPastInt16AreLeftToTurboJPEG(denominator: Int) throws {
+        let data = try #require(Data(base64Encoded: Self.wrappedChromaJPEG.joined()))
+        #expect(try JPEGEighthScaleTests.reduced(data, denominator: denominator) == nil)
+        var options = DecodeOptions(size: .maxPixelSize((70 + denominator - 1) / denominator), convertsColorProfile: false)
+        let ours = try ImageDecoder.decode(data, options: options)
+        options.allowsReducedScaleDecoder = false
+        let theirs = try ImageDecoder.decode(data, options: options)
+        #expect(ours.bitmap == theirs.bitmap)
+        #expect(ours.statistics.codecScale == theirs.statistics.codecScale && ours.statistics.codecScale < 1)
+    }
+
+    /// Found by the jpeg-reduced target on 2026-12-07 (a mutation of its 420-9x70 seed).
+    static let wrappedChromaJPEG = [
+        "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDABALDA4MCg4QDQ4SERATGCgaGBYWshgxIyUdKDozPTw5Mzg3QEhcTkBEV0U3OFBtUVdf",
+        "YmdoZz5NcXlwZHhcZWdj/9sAQwEREhIAMBgVGC8aGi9jQnRCY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2Nj",
+        "Y2NjY2NjY2NjY2P/wAARCABGAAkDASIAAhEBAxEB/8QAHwAAAQUBAQEBAQEAAAAAAAAAAAECAwQFBgcICQoL/8QAtRAAAgEDAwIE",
+        "AwUFBAQAAAF9AQIDAAQRBRIhMUEGE1FhByJxFDKBkaEII0KxwRVS0fAkM2JyggkKFhcYGRolJicoKSo0NTY3ODk6Q0QBAAAAAACo",
+        "gkVGR0hJSlNUVVZXWFlaY2RlZmdoaWpzdHV2d3h5eoOEhYaHiCqKkpOUlZaXmJmaoiQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk",
+        "AgAAAAAAAAAkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCSjpKWmp6ipqrKztLW2t7i5usLDxMXGx8jJytLT1NXW19jZ2uHi",
+        "4+Tl5ufo6erx8vP09fb3+Pn6/8QAHwEAAwEBAQEBAQEBAQAAAAAAAAECAwQFBgcICQoL/8QAtREAAgECBAQDBAcFBAQAAQJ3AAEC",
+        "AxEEBSExBhJBUQdhcRMiMoEIFEKRobHBCSMzUvAVYnLRChYkNOEl8RcYGRomJygpKjU2Nzg5OkNERUZHSElKU1RVVldYWVpjZGVm",
+        "Z2hpanN0dXZ3eHl6goOEhYaHiImKkpOUlZaXmJmaoqOkpaanqKmqsrO0tba3uLm6wsPExcbHyMnK0tPU1dbX2Nna4uPk5ebn6Onq",
+        "8vP09fb3+Pn6/9oADAMBAAIRAxEAPwDI8MArdEsCPkPX6iut3r6r+dYGiabdpJl4uNv94f410H2S4/55/qP8ajHSo+1u5pfcejhJ",
+        "wlC9ykdVgs18x45NpO0bVH+PtR/wlFp6f3br/vlf8axC7anmILsCndknj05/Ok/spP8An6j/AO+G/wAKf1TDL/edJf15OIYCMcNB",
+        "Wu19AQAAcQ+aSrynjuRj+VWv7Lj/AOejVH4heaxsEltT5cjSBSRzgYJ7/QVzn9sal/z8R/8AfMf+Fa1MDVxUvaQnGK8/6Zgoe1XM",
+        "4t/edbqUXmxL50Mch3cI4HHX/P41nfYIv+eNr/34H+NbEF3aMxEdzE5AycOKtb1/vL+YrN410fcUW/TT+vmcmErSp0+WUfz/AABt",
+        "+v8AwDjNAcLftkZJQgfXIrpMyf3V/wC+v/rUUVlJczuz1cXOUatkf//Z",
+    ]
 }
