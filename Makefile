@@ -3,7 +3,7 @@ SWIFT ?= swift
 # Warnings are errors in every build the Makefile runs.
 SWIFTFLAGS ?= -Xswiftc -warnings-as-errors
 
-.PHONY: deps build release demo demo-fleet test fuzz-smoke bench bench-compare bench-serve-compare clean
+.PHONY: deps build release demo demo-fleet test fuzz-smoke check-sanitizers bench bench-compare bench-serve-compare clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -33,6 +33,12 @@ test: deps
 ## target; fails on any finding. See scripts/fuzz.sh for longer runs and reproducing one.
 fuzz-smoke: deps
 	@bash scripts/fuzz.sh smoke
+
+## Every test suite under AddressSanitizer + UndefinedBehaviorSanitizer, then under
+## ThreadSanitizer, one suite per process, C shims included (scripts/check-sanitizers.sh; about
+## an hour on 2 cores). Fails on any report or failed test.
+check-sanitizers: deps
+	@bash scripts/check-sanitizers.sh
 
 ## Side-by-side benchmarks (release build).
 bench: release

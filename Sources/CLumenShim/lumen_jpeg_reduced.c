@@ -571,8 +571,11 @@ int lumen_jpeg_decode_reduced(
             goto scan;
         }
         default:
-            if ((marker >= 0xC2 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC)) goto done;
-            break;  // APPn, COM and the like
+            if ((marker >= 0xC2 && marker <= 0xCF && marker != 0xC4 && marker != 0xCC)) goto done;
+            // Markers libjpeg refuses (jdmarker.c, read_markers): JPG (0xC8, "unsupported
+            // process"), DHP, EXP, JPG0-JPG13 and the reserved codes ("unsupported marker").
+            if (marker < 0xC0 || marker == 0xDE || marker == 0xDF || (marker >= 0xF0 && marker <= 0xFD)) goto done;
+            break;  // APPn, COM, DAC, DNL and the like
         }
     }
 

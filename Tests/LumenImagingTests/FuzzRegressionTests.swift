@@ -215,6 +215,26 @@ struct FuzzRegressionTests {
         #expect(ours == theirs)
         if case .success = theirs { Issue.record("TurboJPEG decoded a file with two frame headers") }
     }
+    /// A segment under a marker libjpeg refuses (found: JPG0, 0xFFF0, in place of the APP0
+    /// of a greyscale seed): TurboJPEG stops with "Unsupported marker type", the reduced
+    /// decoder skipped it as it skips APPn and gave an image. It now declines those markers,
+    /// and the decode reports TurboJPEG's error either way.
+    @Test(arguments: [0xC8, 0xDE, 0xDF, 0xF0, 0xF7, 0xFD] as [UInt8])
+    func aMarkerLibjpegRefusesIsLeftToTurboJPEG(marker: UInt8) throws {
+        var bytes = [UInt8](try CorpusJPEG.photoLike(width: 96, height: 64).encode(as: .jpeg(quality: 85)))
+        bytes.insert(contentsOf: [0xFF, marker, 0x00, 0x04, 0x00, 0x00], at: 2)
+        let data = Data(bytes)
+        for denominator in [8, 4] {
+            #expect(try JPEGEighthScaleTests.reduced(data, denominator: denominator) == nil, "1/\(denominator)")
+        }
+        var options = DecodeOptions(size: .maxPixelSize(12))
+        let ours = Result { () throws(ImagingError) in try ImageDecoder.decode(data, options: options).bitmap }
+        options.allowsReducedScaleDecoder = false
+        let theirs = Result { () throws(ImagingError) in try ImageDecoder.decode(data, options: options).bitmap }
+        #expect(ours == theirs)
+        if case .success = theirs { Issue.record("TurboJPEG decoded a file with marker \(marker)") }
+    }
+
     /// A mutated 9×70 4:2:0 file (junk between segments, a luma AC table with repeated
     /// symbols, a zero chroma quantiser) whose chroma coefficients times their quantisers pass
     /// the int16 range: TurboJPEG's SIMD 2×2 IDCT dequantises in 16-bit lanes and wraps them,
