@@ -33,13 +33,30 @@ enum ThumbnailCommand {
                                [--format png|jpeg|webp] [--quality Q] [--concurrency N]
                                [--timeout SECONDS] [--cache DIR | --no-cache]
 
+          -s, --size N           longest side at most N pixels (1...65535); an image smaller
+                                 than that is kept at its size, never enlarged
+              --fill             exactly N x N instead: cropped to the square, and enlarged
+                                 (scaled up) when the image is smaller than N on a side
+          -o, --output DIR       where the thumbnails go (created when missing)
+          -f, --format F         png, jpeg (or jpg; any case) or webp; default jpeg
+          -q, --quality Q        1...100, for jpeg (default 85) and webp (default 80); with
+                                 png (lossless) it is a usage error
+          -j, --concurrency N    inputs loaded and decoded at once (default: one per core)
+              --timeout SECONDS  the longest a download may take, start to end (default 600);
+                                 over it the input fails ("timed out")
+              --cache DIR        keep downloaded bytes in DIR (default ~/.cache/lumen/thumbnail,
+                                 or under $XDG_CACHE_HOME)
+              --no-cache         no disk cache
+          -h, --help             this text
+
         Inputs are files or http(s):, file: or data: URLs (scheme in any case, #fragment
-        ignored); repeated inputs are loaded once. Each thumbnail goes to DIR/<name>.<format>,
-        <name> being the input's file name without extension and query ("image" for data:
-        URLs); when distinct inputs share a name, the later ones in input order get <name>-2,
-        <name>-3, ... A thumbnail never replaces an input file: it takes the next name.
-        --timeout bounds each download, start to end (default 600 seconds); a download that
-        takes longer fails that input ("timed out").
+        ignored); repeated inputs are loaded once; an input that starts with - goes after --.
+        A download that receives no bytes for 60 seconds (the idle limit) fails too ("timed
+        out": "no bytes came for 60.0 s"), however long --timeout is. Each thumbnail goes to DIR/<name>.<format>, <name> being the input's
+        file name without extension and query ("image" for data: URLs); when distinct inputs
+        share a name, the later ones in input order get <name>-2, <name>-3, ... A thumbnail never
+        replaces an input file: it takes the next name. An option given twice is a usage error.
+        Exit status: 0 when every input succeeded, 1 when any failed, 2 for a usage error.
         """
 
     struct Options: Sendable {
@@ -165,11 +182,16 @@ enum ThumbnailCommand {
         var sharesName: Bool
     }
 
+    /// The short forms: `-s 256`, `-o DIR`, `-f png`, `-q 80`, `-j 4`, `-h`.
+    static let shortNames: [Character: String] = [
+        "s": "size", "o": "output", "f": "format", "q": "quality", "j": "concurrency", "h": "help",
+    ]
+
     static func parse(_ argv: [String]) throws -> Options? {
         let args = try Arguments(
             argv, valueOptions: ["size", "output", "format", "quality", "concurrency", "timeout", "cache"],
-            flagOptions: ["fill", "help", "no-cache"])
-        if args.flag("help") || argv.contains("-h") { return nil }
+            flagOptions: ["fill", "help", "no-cache"], shortNames: shortNames)
+        if args.flag("help") { return nil }
         guard let size = try args.int("size", range: 1...65_535) else { throw UsageError("--size is required") }
         guard let output = args.string("output") else { throw UsageError("--output is required") }
         guard !output.isEmpty else { throw UsageError("--output needs a directory, got an empty value") }
@@ -177,9 +199,14 @@ enum ThumbnailCommand {
         // removes the files it recognises as its entries there).
         if args.string("cache")?.isEmpty == true { throw UsageError("--cache needs a directory, got an empty value") }
         guard !args.positionals.isEmpty else { throw UsageError("no inputs") }
-        let format = args.string("format") ?? "jpeg"
-        guard ["png", "jpeg", "jpg", "webp"].contains(format) else {
-            throw UsageError("--format must be png, jpeg or webp, got '\(format)'")
+        let given = args.string("format") ?? "jpeg"
+        // Case-insensitive; `jpg` is `jpeg` (and the thumbnails are named `.jpeg`).
+        let format = given.lowercased() == "jpg" ? "jpeg" : given.lowercased()
+        guard ["png", "jpeg", "webp"].contains(format) else {
+            throw UsageError("--format must be png, jpeg (or jpg) or webp, got '\(given)'")
+        }
+        if format == "png", args.string("quality") != nil {
+            throw UsageError("--quality applies to jpeg and webp; png is lossless and has no quality")
         }
         if args.flag("no-cache") && args.string("cache") != nil {
             throw UsageError("--cache and --no-cache exclude each other")
@@ -193,7 +220,7 @@ enum ThumbnailCommand {
         }
         return Options(
             inputs: args.positionals, size: size, fill: args.flag("fill"), output: output,
-            format: format == "jpg" ? "jpeg" : format, quality: try args.int("quality", range: 1...100),
+            format: format, quality: try args.int("quality", range: 1...100),
             concurrency: try args.int("concurrency", range: 1...1024) ?? ProcessInfo.processInfo.activeProcessorCount,
             timeout: timeout, cacheDirectory: args.string("cache"), usesCache: !args.flag("no-cache"))
     }
