@@ -45,7 +45,9 @@ enum ThumbnailCommand {
               --timeout SECONDS  the longest a download may take, start to end (default 600);
                                  over it the input fails ("timed out")
               --cache DIR        keep downloaded bytes in DIR (default ~/.cache/lumen/thumbnail,
-                                 or under $XDG_CACHE_HOME)
+                                 or under $XDG_CACHE_HOME). DIR must be new, empty, or a cache
+                                 made by lumen (it holds the file .lumen-cache): only there are
+                                 files ever removed, and only its own entries
               --no-cache         no disk cache
           -h, --help             this text
 
@@ -229,7 +231,7 @@ enum ThumbnailCommand {
         // The thumbnails are the product, the lines only report on them: a reader of stdout
         // or stderr that went away makes writes fail (`EPIPE`, dropped), not the run.
         signal(SIGPIPE, SIG_IGN)
-        let options: Options
+        var options: Options
         do {
             guard let parsed = try parse(argv) else { print(usage); return 0 }
             options = parsed
@@ -243,6 +245,15 @@ enum ThumbnailCommand {
             // No input can be written: every one fails (exit 1), and this line says why.
             printError("lumen thumbnail: cannot create the output directory \(options.output): \(posixReason(error, path: options.output, creatingDirectory: true))")
             return 1
+        }
+        if options.usesCache, let directory = options.cacheDirectory {
+            do {
+                try claimCacheDirectory(directory)
+            } catch {
+                // Not fatal: the thumbnails are made without a disk cache.
+                printError("lumen thumbnail: cache: \(error); the run goes on without a disk cache")
+                options.usesCache = false
+            }
         }
         let pipeline = ImagePipeline(configuration: configuration(for: options))
         let encoding: EncodingFormat = switch options.format {
@@ -288,6 +299,53 @@ enum ThumbnailCommand {
             counts.done, counts.failed, metrics.networkRequestsStarted,
             cacheHits(metrics), monotonicSeconds() - start))
         return counts.failed == 0 ? 0 : 1
+    }
+
+    /// The file that marks a `--cache DIR` as lumen's own (see ``claimCacheDirectory(_:)``).
+    static let cacheMarker = ".lumen-cache"
+
+    /// Why a `--cache DIR` is not used.
+    struct CacheDirectoryError: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// Makes sure that `path` is a directory the disk cache may own before the cache touches
+    /// it: the cache's clean-up removes files that are named like its entries (64 hex
+    /// characters), and a user's directory may hold such a file. A directory that holds
+    /// ``cacheMarker`` is used as it is; a new or empty one is created (with its parents) and
+    /// marked; anything else (a directory with files and no marker, a file) is refused, and
+    /// nothing in it is touched.
+    static func claimCacheDirectory(_ path: String) throws {
+        let directory = URL(fileURLWithPath: path)
+        let marker = directory.appendingPathComponent(cacheMarker)
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
+            guard isDirectory.boolValue else {
+                throw CacheDirectoryError(description: "cannot use \(path): \(String(cString: strerror(EEXIST))) and is not a directory")
+            }
+            if FileManager.default.fileExists(atPath: marker.path) { return }
+            let names: [String]
+            do {
+                names = try FileManager.default.contentsOfDirectory(atPath: path)
+            } catch {
+                throw CacheDirectoryError(description: "cannot list \(path): \(posixReason(error, path: path, creatingDirectory: false))")
+            }
+            guard names.isEmpty else {
+                throw CacheDirectoryError(description: "\(path) holds files and is not a lumen cache (it has no \(cacheMarker)): nothing in it is used or removed; give a new or empty directory")
+            }
+        } else {
+            do {
+                try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            } catch {
+                throw CacheDirectoryError(description: "cannot create \(path): \(posixReason(error, path: path, creatingDirectory: true))")
+            }
+        }
+        let text = "This directory is a disk cache of `lumen thumbnail --cache`: files named by 64 hex characters in it are its entries and may be removed.\n"
+        do {
+            try Data(text.utf8).write(to: marker, options: .atomic)
+        } catch {
+            throw CacheDirectoryError(description: "cannot write \(marker.path): \(posixReason(error, path: marker.path, creatingDirectory: false))")
+        }
     }
 
     /// The kinds of disk-cache failure already reported (see ``configuration(for:)``).

@@ -5,8 +5,8 @@ import Testing
 // Nested in `CLIContractTests`, so `swift test --filter CLIContractTests` runs it.
 extension CLIContractTests {
     /// The option rules every command shares (issue 23, "The CLI"): short forms, unknown
-    /// short options, `--`, repeated options, `--format jpg`, `--quality` with PNG, and the
-    /// help texts.
+    /// short options, `--`, repeated options, `--format jpg`, `--quality` with PNG, a
+    /// `--cache DIR` that is someone else's directory, and the help texts.
     @Suite(.timeLimit(.minutes(1)))
     struct Options {
         static let input = CLIContractTests.corpus.appendingPathComponent("real-world/hopper.jpg").path
@@ -111,6 +111,36 @@ extension CLIContractTests {
             #expect(outcome.status == 2, "\(arguments): \(outcome.standardOutput) \(outcome.standardError)")
             #expect(outcome.standardError.contains("unknown option") || outcome.standardError.contains("given twice")
                     || outcome.standardError.contains("unexpected argument"), "\(arguments): \(outcome.standardError)")
+        }
+
+        /// `--cache DIR` on a directory that holds a user's files (one named like an entry,
+        /// 64 hex characters, another like the cache's temporary files) touches none of them:
+        /// the run goes on without a disk cache and says why. A new directory is created and
+        /// marked as lumen's own, and used again by the next run.
+        @Test func aCacheDirectoryWithAUsersFilesKeepsThem() async throws {
+            let root = try CLIContractTests.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: root) }
+            let cache = root.appendingPathComponent("mine")
+            try FileManager.default.createDirectory(at: cache, withIntermediateDirectories: true)
+            let hexName = String(repeating: "ab", count: 32)
+            try Data("my notes".utf8).write(to: cache.appendingPathComponent(hexName))
+            try Data("an old file".utf8).write(to: cache.appendingPathComponent(DataCache.filename(for: "http://example.com/a.jpg")))
+            let before = Self.names(in: cache)
+            let output = root.appendingPathComponent("out")
+            let outcome = try await CLIContractTests.run(["thumbnail", Self.input, "--size", "32", "--output", output.path, "--cache", cache.path])
+            #expect(outcome.status == 0, "\(outcome.standardError)")
+            #expect(outcome.standardError.contains("not a lumen cache"), "\(outcome.standardError)")
+            #expect(Self.names(in: cache) == before)
+            #expect(try Data(contentsOf: cache.appendingPathComponent(hexName)) == Data("my notes".utf8))
+            #expect(Self.names(in: output) == ["hopper.jpeg"])
+
+            let fresh = root.appendingPathComponent("new/cache")
+            for _ in 0..<2 {
+                let run = try await CLIContractTests.run(["thumbnail", Self.input, "--size", "32", "--output", output.path, "--cache", fresh.path])
+                #expect(run.status == 0, "\(run.standardError)")
+                #expect(!run.standardError.contains("cache"), "\(run.standardError)")
+            }
+            #expect(Self.names(in: fresh) == [".lumen-cache"])
         }
 
         /// `lumen demo --quick` never prints a goal as MISSED and then "every claim checked
