@@ -205,7 +205,7 @@ if arguments.first == "full-disk", arguments.count >= 2 {
     let small = payload(key: "small", seed: 1, size: 16 * 1024)
     cache.storeData(small, metadata: CacheMetadata(etag: "\"1\"", storedAt: Date()), for: "small")
     cache.storeData(payload(key: "large", seed: 1, size: 200 * 1024), metadata: CacheMetadata(etag: "\"1\"", storedAt: Date()), for: "large")
-    cache.flush()
+    cache.flushSynchronously()
     var problems: [String] = []
     let reported = failures.all
     if cache.metrics.writeFailures != 1 { problems.append("writeFailures \(cache.metrics.writeFailures)") }
@@ -299,7 +299,7 @@ case "write":
             cache.storeData(payload(key: key, seed: s, size: size), metadata: metadata, for: key)
         }
         // Keep the queue (and so the memory held by pending writes) short.
-        cache.flush()
+        cache.flushSynchronously()
     }
     let failures = cache.metrics.writeFailures
     print("wrote \(cache.metrics.writes) failures \(failures)")

@@ -27,7 +27,7 @@ enum BenchFeed {
         }
         print("feed: the demo's scroll trace, fastest of \(rounds) interleaved rounds per variant")
         print(report.table)
-        print(report.ratios)
+        print(report.ratios(quick: quick))
         for violation in report.violations { print("MISSED: \(violation)") }
     }
 

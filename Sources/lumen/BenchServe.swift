@@ -116,7 +116,7 @@ enum BenchServe {
 
     static func parse(_ arguments: [String]) throws -> Options {
         let args = try Arguments(arguments, valueOptions: ["compare", "hot-url", "pid", "write-hot-result"],
-                                 flagOptions: ["json", "quick", "wrk"])
+                                 flagOptions: ["json", "quick", "wrk"], repeatableOptions: ["compare", "hot-url", "pid"])
         if let extra = args.positionals.first { throw UsageError("unexpected argument '\(extra)'") }
         var options = Options(json: args.flag("json"), quick: args.flag("quick"), wrk: args.flag("wrk"))
         options.hotResultFile = args.string("write-hot-result")

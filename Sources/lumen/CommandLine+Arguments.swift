@@ -7,16 +7,26 @@ struct UsageError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// Minimal argument parsing: `--flag`, `--option value` / `--option=value`, positionals.
+/// Minimal argument parsing: `--flag`, `--option value` / `--option=value`, short forms
+/// (`-s 256`, `-s256`), positionals, and `--` before positionals that start with `-`.
+///
+/// The rules, the same for every command:
+/// - An option that is not known, long (`--x`) or short (`-x`), is a usage error, never an
+///   input: a file named `-x` goes after `--`. A lone `-` is a positional.
+/// - An option given twice is a usage error, unless it is one of `repeatableOptions`.
+/// - A value option takes the next argument as its value whatever it looks like
+///   (`--output -dir`).
 struct Arguments {
     private(set) var positionals: [String] = []
     /// Every value given for each option, in order (`string(_:)` is the last one).
     private var options: [String: [String]] = [:]
     private var flags: Set<String> = []
 
-    /// Parses `arguments`; `valueOptions` take a value, `flagOptions` don't. Anything else
-    /// starting with `--` is a usage error.
-    init(_ arguments: [String], valueOptions: Set<String>, flagOptions: Set<String>) throws {
+    /// Parses `arguments`; `valueOptions` take a value, `flagOptions` don't; `shortNames` maps
+    /// a letter to the long name it stands for (`"s": "size"`); `repeatableOptions` may be
+    /// given more than once. Anything else starting with `-` is a usage error.
+    init(_ arguments: [String], valueOptions: Set<String>, flagOptions: Set<String>,
+         repeatableOptions: Set<String> = [], shortNames: [Character: String] = [:]) throws {
         var i = 0
         while i < arguments.count {
             let arg = arguments[i]
@@ -24,29 +34,51 @@ struct Arguments {
                 positionals += arguments[(i + 1)...]
                 break
             }
+            guard arg.hasPrefix("-"), arg != "-" else {
+                positionals.append(arg)
+                i += 1
+                continue
+            }
+            var name: String
+            var shown: String
+            var value: String?
             if arg.hasPrefix("--") {
-                var name = String(arg.dropFirst(2))
-                var value: String?
+                name = String(arg.dropFirst(2))
                 if let eq = name.firstIndex(of: "=") {
                     value = String(name[name.index(after: eq)...])
                     name = String(name[..<eq])
                 }
-                if flagOptions.contains(name) {
-                    guard value == nil else { throw UsageError("--\(name) takes no value") }
-                    flags.insert(name)
-                } else if valueOptions.contains(name) {
-                    if let value {
-                        options[name, default: []].append(value)
-                    } else {
-                        i += 1
-                        guard i < arguments.count else { throw UsageError("--\(name) needs a value") }
-                        options[name, default: []].append(arguments[i])
-                    }
-                } else {
-                    throw UsageError("unknown option --\(name)")
+                shown = "--\(name)"
+                guard flagOptions.contains(name) || valueOptions.contains(name) else {
+                    throw UsageError("unknown option \(shown)")
                 }
             } else {
-                positionals.append(arg)
+                let letter = arg.dropFirst().first!
+                shown = "-\(letter)"
+                guard let long = shortNames[letter] else {
+                    throw UsageError("unknown option \(shown)" + (arg.count == 2 ? " (an input named \(arg) goes after --)" : " in '\(arg)' (an input named so goes after --)"))
+                }
+                name = long
+                shown += " (--\(long))"
+                let attached = arg.dropFirst(2)
+                if !attached.isEmpty {
+                    guard valueOptions.contains(name) else { throw UsageError("\(shown) takes no value, got '\(arg)'") }
+                    value = String(attached)
+                }
+            }
+            if options[name] != nil || flags.contains(name), !repeatableOptions.contains(name) {
+                throw UsageError("\(shown) given twice")
+            }
+            if flagOptions.contains(name) {
+                guard value == nil else { throw UsageError("\(shown) takes no value") }
+                flags.insert(name)
+            } else {
+                if value == nil {
+                    i += 1
+                    guard i < arguments.count else { throw UsageError("\(shown) needs a value") }
+                    value = arguments[i]
+                }
+                options[name, default: []].append(value!)
             }
             i += 1
         }

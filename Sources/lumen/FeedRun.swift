@@ -266,7 +266,7 @@ struct FeedRunner {
         stats.wallSeconds = monotonicSeconds() - start
         // Disk-cache writes still queued at the lowest CPU priority are finished now: after the
         // last image showed (no view waits for them), but within the CPU time.
-        ((loader as? LumenFeedLoader)?.pipeline.configuration.dataCache as? DataCache)?.flush()
+        ((loader as? LumenFeedLoader)?.pipeline.configuration.dataCache as? DataCache)?.flushSynchronously()
         stats.cpuSeconds = cpuSeconds() - cpuStart
         stats.peakRSSBytes = ownPeakResidentBytes() ?? peakResidentBytes()
         if ProcessInfo.processInfo.environment[rssTraceVariable] == "1",

@@ -229,7 +229,7 @@ enum SignCommand {
 
     static func run(_ arguments: [String]) -> Int32 {
         do {
-            let parsed = try Arguments(arguments, valueOptions: ["key", "salt"], flagOptions: ["b64", "help"])
+            let parsed = try Arguments(arguments, valueOptions: ["key", "salt"], flagOptions: ["b64", "help"], shortNames: ["h": "help"])
             if parsed.flag("help") {
                 writeOut(usage + "\n")
                 return 0

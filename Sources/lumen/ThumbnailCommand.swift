@@ -33,13 +33,32 @@ enum ThumbnailCommand {
                                [--format png|jpeg|webp] [--quality Q] [--concurrency N]
                                [--timeout SECONDS] [--cache DIR | --no-cache]
 
+          -s, --size N           longest side at most N pixels (1...65535); an image smaller
+                                 than that is kept at its size, never enlarged
+              --fill             exactly N x N instead: cropped to the square, and enlarged
+                                 (scaled up) when the image is smaller than N on a side
+          -o, --output DIR       where the thumbnails go (created when missing)
+          -f, --format F         png, jpeg (or jpg; any case) or webp; default jpeg
+          -q, --quality Q        1...100, for jpeg (default 85) and webp (default 80); with
+                                 png (lossless) it is a usage error
+          -j, --concurrency N    inputs loaded and decoded at once (default: one per core)
+              --timeout SECONDS  the longest a download may take, start to end (default 600);
+                                 over it the input fails ("timed out")
+              --cache DIR        keep downloaded bytes in DIR (default ~/.cache/lumen/thumbnail,
+                                 or under $XDG_CACHE_HOME). DIR must be new, empty, or a cache
+                                 made by lumen (it holds the file .lumen-cache): only there are
+                                 files ever removed, and only its own entries
+              --no-cache         no disk cache
+          -h, --help             this text
+
         Inputs are files or http(s):, file: or data: URLs (scheme in any case, #fragment
-        ignored); repeated inputs are loaded once. Each thumbnail goes to DIR/<name>.<format>,
-        <name> being the input's file name without extension and query ("image" for data:
-        URLs); when distinct inputs share a name, the later ones in input order get <name>-2,
-        <name>-3, ... A thumbnail never replaces an input file: it takes the next name.
-        --timeout bounds each download, start to end (default 600 seconds); a download that
-        takes longer fails that input ("timed out").
+        ignored); repeated inputs are loaded once; an input that starts with - goes after --.
+        A download that receives no bytes for 60 seconds (the idle limit) fails too ("timed
+        out": "no bytes came for 60.0 s"), however long --timeout is. Each thumbnail goes to DIR/<name>.<format>, <name> being the input's
+        file name without extension and query ("image" for data: URLs); when distinct inputs
+        share a name, the later ones in input order get <name>-2, <name>-3, ... A thumbnail never
+        replaces an input file: it takes the next name. An option given twice is a usage error.
+        Exit status: 0 when every input succeeded, 1 when any failed, 2 for a usage error.
         """
 
     struct Options: Sendable {
@@ -165,11 +184,16 @@ enum ThumbnailCommand {
         var sharesName: Bool
     }
 
+    /// The short forms: `-s 256`, `-o DIR`, `-f png`, `-q 80`, `-j 4`, `-h`.
+    static let shortNames: [Character: String] = [
+        "s": "size", "o": "output", "f": "format", "q": "quality", "j": "concurrency", "h": "help",
+    ]
+
     static func parse(_ argv: [String]) throws -> Options? {
         let args = try Arguments(
             argv, valueOptions: ["size", "output", "format", "quality", "concurrency", "timeout", "cache"],
-            flagOptions: ["fill", "help", "no-cache"])
-        if args.flag("help") || argv.contains("-h") { return nil }
+            flagOptions: ["fill", "help", "no-cache"], shortNames: shortNames)
+        if args.flag("help") { return nil }
         guard let size = try args.int("size", range: 1...65_535) else { throw UsageError("--size is required") }
         guard let output = args.string("output") else { throw UsageError("--output is required") }
         guard !output.isEmpty else { throw UsageError("--output needs a directory, got an empty value") }
@@ -177,9 +201,14 @@ enum ThumbnailCommand {
         // removes the files it recognises as its entries there).
         if args.string("cache")?.isEmpty == true { throw UsageError("--cache needs a directory, got an empty value") }
         guard !args.positionals.isEmpty else { throw UsageError("no inputs") }
-        let format = args.string("format") ?? "jpeg"
-        guard ["png", "jpeg", "jpg", "webp"].contains(format) else {
-            throw UsageError("--format must be png, jpeg or webp, got '\(format)'")
+        let given = args.string("format") ?? "jpeg"
+        // Case-insensitive; `jpg` is `jpeg` (and the thumbnails are named `.jpeg`).
+        let format = given.lowercased() == "jpg" ? "jpeg" : given.lowercased()
+        guard ["png", "jpeg", "webp"].contains(format) else {
+            throw UsageError("--format must be png, jpeg (or jpg) or webp, got '\(given)'")
+        }
+        if format == "png", args.string("quality") != nil {
+            throw UsageError("--quality applies to jpeg and webp; png is lossless and has no quality")
         }
         if args.flag("no-cache") && args.string("cache") != nil {
             throw UsageError("--cache and --no-cache exclude each other")
@@ -193,7 +222,7 @@ enum ThumbnailCommand {
         }
         return Options(
             inputs: args.positionals, size: size, fill: args.flag("fill"), output: output,
-            format: format == "jpg" ? "jpeg" : format, quality: try args.int("quality", range: 1...100),
+            format: format, quality: try args.int("quality", range: 1...100),
             concurrency: try args.int("concurrency", range: 1...1024) ?? ProcessInfo.processInfo.activeProcessorCount,
             timeout: timeout, cacheDirectory: args.string("cache"), usesCache: !args.flag("no-cache"))
     }
@@ -202,7 +231,7 @@ enum ThumbnailCommand {
         // The thumbnails are the product, the lines only report on them: a reader of stdout
         // or stderr that went away makes writes fail (`EPIPE`, dropped), not the run.
         signal(SIGPIPE, SIG_IGN)
-        let options: Options
+        var options: Options
         do {
             guard let parsed = try parse(argv) else { print(usage); return 0 }
             options = parsed
@@ -216,6 +245,15 @@ enum ThumbnailCommand {
             // No input can be written: every one fails (exit 1), and this line says why.
             printError("lumen thumbnail: cannot create the output directory \(options.output): \(posixReason(error, path: options.output, creatingDirectory: true))")
             return 1
+        }
+        if options.usesCache, let directory = options.cacheDirectory {
+            do {
+                try claimCacheDirectory(directory)
+            } catch {
+                // Not fatal: the thumbnails are made without a disk cache.
+                printError("lumen thumbnail: cache: \(error); the run goes on without a disk cache")
+                options.usesCache = false
+            }
         }
         let pipeline = ImagePipeline(configuration: configuration(for: options))
         let encoding: EncodingFormat = switch options.format {
@@ -261,6 +299,53 @@ enum ThumbnailCommand {
             counts.done, counts.failed, metrics.networkRequestsStarted,
             cacheHits(metrics), monotonicSeconds() - start))
         return counts.failed == 0 ? 0 : 1
+    }
+
+    /// The file that marks a `--cache DIR` as lumen's own (see ``claimCacheDirectory(_:)``).
+    static let cacheMarker = ".lumen-cache"
+
+    /// Why a `--cache DIR` is not used.
+    struct CacheDirectoryError: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// Makes sure that `path` is a directory the disk cache may own before the cache touches
+    /// it: the cache's clean-up removes files that are named like its entries (64 hex
+    /// characters), and a user's directory may hold such a file. A directory that holds
+    /// ``cacheMarker`` is used as it is; a new or empty one is created (with its parents) and
+    /// marked; anything else (a directory with files and no marker, a file) is refused, and
+    /// nothing in it is touched.
+    static func claimCacheDirectory(_ path: String) throws {
+        let directory = URL(fileURLWithPath: path)
+        let marker = directory.appendingPathComponent(cacheMarker)
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
+            guard isDirectory.boolValue else {
+                throw CacheDirectoryError(description: "cannot use \(path): \(String(cString: strerror(EEXIST))) and is not a directory")
+            }
+            if FileManager.default.fileExists(atPath: marker.path) { return }
+            let names: [String]
+            do {
+                names = try FileManager.default.contentsOfDirectory(atPath: path)
+            } catch {
+                throw CacheDirectoryError(description: "cannot list \(path): \(posixReason(error, path: path, creatingDirectory: false))")
+            }
+            guard names.isEmpty else {
+                throw CacheDirectoryError(description: "\(path) holds files and is not a lumen cache (it has no \(cacheMarker)): nothing in it is used or removed; give a new or empty directory")
+            }
+        } else {
+            do {
+                try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            } catch {
+                throw CacheDirectoryError(description: "cannot create \(path): \(posixReason(error, path: path, creatingDirectory: true))")
+            }
+        }
+        let text = "This directory is a disk cache of `lumen thumbnail --cache`: files named by 64 hex characters in it are its entries and may be removed.\n"
+        do {
+            try Data(text.utf8).write(to: marker, options: .atomic)
+        } catch {
+            throw CacheDirectoryError(description: "cannot write \(marker.path): \(posixReason(error, path: marker.path, creatingDirectory: false))")
+        }
     }
 
     /// The kinds of disk-cache failure already reported (see ``configuration(for:)``).

@@ -83,7 +83,7 @@ struct DataCacheCrossProcessTests {
             cache.storeData(probePayload(key: key, seed: seed, size: Self.payloadSize),
                             metadata: CacheMetadata(etag: "\"\(seed)\"", storedAt: Date()), for: key)
         }
-        cache.flush()
+        cache.flushSynchronously()
     }
 
     @Test func readsNeverSeeATornFileWhileAnotherProcessWrites() async throws {

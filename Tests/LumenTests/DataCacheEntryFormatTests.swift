@@ -170,7 +170,7 @@ struct DataCacheEntryFormatTests {
         let clock = CacheTestClock()
         let failures = CacheTestRecorder<DataCache.Failure>()
         let cache = DataCache(name: "test", directory: dir.url, clock: clock.cacheClock) { failures.record($0) }
-        cache.flush()
+        cache.flushSynchronously()
         let payload = Data((0..<1000).map { UInt8(truncatingIfNeeded: $0 &* 13) })
         let file = try versionOneEntry(key: "old", metadata: CacheMetadata(storedAt: clock.now), payload: payload)
         try file.write(to: cache.url(for: "old"))
@@ -181,7 +181,7 @@ struct DataCacheEntryFormatTests {
         #expect(failures.all.first?.reason.contains("version 1") == true)
 
         cache.storeData(payload, metadata: CacheMetadata(storedAt: clock.now), for: "old")
-        cache.flush()
+        cache.flushSynchronously()
         let stored = try Data(contentsOf: cache.url(for: "old"))
         #expect(stored[4] == 2)
         #expect(cache.cachedData(for: "old")?.data == payload)
@@ -191,12 +191,12 @@ struct DataCacheEntryFormatTests {
         let dir = try CacheTestDirectory()
         let clock = CacheTestClock()
         let cache = DataCache(name: "test", directory: dir.url, clock: clock.cacheClock)
-        cache.flush()
+        cache.flushSynchronously()
         try versionOneEntry(key: "old", metadata: CacheMetadata(storedAt: clock.now), payload: Data([1, 2, 3]))
             .write(to: cache.url(for: "old"))
         cache.storeData(Data([4, 5, 6]), metadata: CacheMetadata(storedAt: clock.now), for: "new")
         cache.sweep()
-        cache.flush()
+        cache.flushSynchronously()
         #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path) == [DataCache.filename(for: "new")])
         #expect(cache.metrics.corruptEntriesRemoved == 1)
     }

@@ -12,7 +12,7 @@ struct DataCacheRobustnessTests {
     func makeCache(_ dir: borrowing CacheTestDirectory) -> DataCache {
         let failures = failures
         let cache = DataCache(name: "test", directory: dir.url, clock: clock.cacheClock) { failures.record($0) }
-        cache.flush()
+        cache.flushSynchronously()
         return cache
     }
 
@@ -31,7 +31,7 @@ struct DataCacheRobustnessTests {
         let cache = makeCache(dir)
         cache.storeData(payload, metadata: metadata(), for: "victim")
         cache.storeData(Data(payload.reversed()), metadata: metadata(), for: "other")
-        cache.flush()
+        cache.flushSynchronously()
         let url = cache.url(for: "victim")
         var file = try Data(contentsOf: url)
         switch corruption {
@@ -58,7 +58,7 @@ struct DataCacheRobustnessTests {
         // The neighbour is untouched and the key can be stored again.
         #expect(cache.cachedData(for: "other")?.data == Data(payload.reversed()))
         cache.storeData(payload, metadata: metadata(), for: "victim")
-        cache.flush()
+        cache.flushSynchronously()
         #expect(cache.cachedData(for: "victim")?.data == payload)
     }
 
@@ -70,7 +70,7 @@ struct DataCacheRobustnessTests {
         try Data("notes".utf8).write(to: dir.url.appendingPathComponent("README"))
         cache.storeData(payload, metadata: metadata(), for: "good")
         cache.sweep()
-        cache.flush()
+        cache.flushSynchronously()
         let names = try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted()
         #expect(names == [DataCache.filename(for: "good"), "README"].sorted())
         #expect(cache.metrics.corruptEntriesRemoved == 1)
@@ -103,7 +103,7 @@ struct DataCacheRobustnessTests {
         #expect(failures.all.map(\.kind) == [.corruptEntryRemoved])
         #expect(failures.all.first?.reason == "not a regular file (a FIFO, socket or device)")
         cache.storeData(payload, metadata: metadata(), for: "k")
-        cache.flush()
+        cache.flushSynchronously()
         #expect(cache.cachedData(for: "k")?.data == payload)
     }
 
@@ -118,7 +118,7 @@ struct DataCacheRobustnessTests {
         cache.storeData(payload, metadata: metadata(), for: "good")
 
         cache.sweep()
-        cache.flush()
+        cache.flushSynchronously()
         let names = try FileManager.default.contentsOfDirectory(atPath: dir.path)
         #expect(names == [DataCache.filename(for: "good")])
         #expect(failures.all.map(\.kind) == [.corruptEntryRemoved])
@@ -128,11 +128,11 @@ struct DataCacheRobustnessTests {
         let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         cache.storeData(payload, metadata: metadata(), for: "a")
-        cache.flush()
+        cache.flushSynchronously()
         try FileManager.default.removeItem(at: dir.url)
         #expect(cache.cachedData(for: "a") == nil)  // gone with the directory: a plain miss
         cache.storeData(payload, metadata: metadata(), for: "b")
-        cache.flush()
+        cache.flushSynchronously()
         #expect(FileManager.default.fileExists(atPath: cache.url(for: "b").path))
         #expect(cache.cachedData(for: "b")?.data == payload)
         #expect(failures.all.isEmpty)
@@ -175,7 +175,7 @@ struct DataCacheRobustnessTests {
         }
         defer { cache.failureObservers.remove(token) }
         cache.storeData(payload, metadata: metadata(), for: "k")
-        cache.flush()
+        cache.flushSynchronously()
         #expect(readableWhenReported.all == [false])
     }
 
@@ -183,11 +183,11 @@ struct DataCacheRobustnessTests {
         let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         cache.storeData(payload, metadata: metadata(), for: "before")
-        cache.flush()
+        cache.flushSynchronously()
         let method = try makeUnwritable(dir)
 
         cache.storeData(payload, metadata: metadata(), for: "after")
-        cache.flush()
+        cache.flushSynchronously()
         #expect(cache.cachedData(for: "after") == nil, "method: \(method)")
         #expect(cache.metrics.writeFailures == 1)
         let writeFailures = failures.all.filter { $0.kind == .writeFailed }
@@ -202,7 +202,7 @@ struct DataCacheRobustnessTests {
         cache.renew(key: "before", metadata: metadata())
         cache.removeData(for: "before")
         cache.sweep()
-        cache.flush()
+        cache.flushSynchronously()
 
         // Once the directory is usable again, writes work again.
         if method == "chmod 0555" {
@@ -211,7 +211,7 @@ struct DataCacheRobustnessTests {
             try FileManager.default.removeItem(at: dir.url)
         }
         cache.storeData(payload, metadata: metadata(), for: "again")
-        cache.flush()
+        cache.flushSynchronously()
         #expect(cache.cachedData(for: "again")?.data == payload)
     }
 }

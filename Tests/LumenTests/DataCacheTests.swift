@@ -15,7 +15,7 @@ struct DataCacheTests {
         let cache = DataCache(name: "test", directory: dir.url, sizeLimit: sizeLimit, ttl: ttl, clock: clock.cacheClock) {
             failures.record($0)
         }
-        cache.flush()  // the initial scan
+        cache.flushSynchronously()  // the initial scan
         return cache
     }
 
@@ -46,7 +46,7 @@ struct DataCacheTests {
         cache.storeData(data, metadata: metadata(), for: "https://example.com/a.jpg")
         // Visible in this process before the write lands…
         #expect(cache.cachedData(for: "https://example.com/a.jpg")?.data == data)
-        cache.flush()
+        cache.flushSynchronously()
         let hit = try #require(cache.cachedData(for: "https://example.com/a.jpg"))
         #expect(hit.data == data)
         #expect(hit.metadata == metadata())
@@ -63,7 +63,7 @@ struct DataCacheTests {
         let dir = try CacheTestDirectory()
         let cache = makeCache(dir)
         cache.storeData(Data(), metadata: metadata(), for: "empty")
-        cache.flush()
+        cache.flushSynchronously()
         #expect(makeCache(dir).cachedData(for: "empty")?.data == Data())
     }
 
@@ -73,7 +73,7 @@ struct DataCacheTests {
         let cache = makeCache(dir)
         let keys = ["https://example.com/a.jpg?w=100", "ü/ß key with spaces", ""]
         for key in keys { cache.storeData(bytes(10), metadata: metadata(), for: key) }
-        cache.flush()
+        cache.flushSynchronously()
         let expected = try keys.map { try #require(cacheTestSHA256(Data($0.utf8))) }
         #expect(try entryNames(dir) == expected.sorted())
     }
@@ -83,7 +83,7 @@ struct DataCacheTests {
         let cache = makeCache(dir)
         for i in 0..<50 { cache.storeData(bytes(1000 + i), metadata: metadata(), for: "k\(i % 20)") }
         cache.renew(key: "k1", metadata: metadata(etag: "\"2\""))
-        cache.flush()
+        cache.flushSynchronously()
         let names = try entryNames(dir)
         #expect(names.count == 20)
         #expect(names.allSatisfy { $0.count == 64 && $0.allSatisfy(\.isHexDigit) })
@@ -98,7 +98,7 @@ struct DataCacheTests {
         cache.storeData(bytes(100), metadata: metadata(), for: "https://alice:secret@example.com/a.jpg")
         cache.storeData(bytes(100), metadata: metadata(), for: "k2")
         cache.renew(key: "k2", metadata: metadata(etag: "\"2\""))
-        cache.flush()
+        cache.flushSynchronously()
         func mode(_ path: String) throws -> Int {
             try #require((FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? NSNumber)?.intValue)
         }
@@ -116,19 +116,19 @@ struct DataCacheTests {
         cache.storeData(bytes(10), metadata: metadata(), for: "a")
         cache.storeData(bytes(10), metadata: metadata(), for: "b")
         #expect(cache.containsData(for: "a"))
-        cache.flush()
+        cache.flushSynchronously()
         #expect(cache.containsData(for: "a"))
         cache.removeData(for: "a")
         #expect(!cache.containsData(for: "a"))
         #expect(cache.cachedData(for: "a") == nil)  // at once, before the file goes
-        cache.flush()
+        cache.flushSynchronously()
         #expect(!FileManager.default.fileExists(atPath: cache.url(for: "a").path))
         #expect(cache.cachedData(for: "b") != nil)
         cache.removeAll()
         #expect(cache.cachedData(for: "b") == nil)
         #expect(!cache.containsData(for: "b"))
         cache.storeData(bytes(10), metadata: metadata(), for: "c")  // after removeAll: kept
-        cache.flush()
+        cache.flushSynchronously()
         #expect(try entryNames(dir) == [DataCache.filename(for: "c")])
         #expect(cache.cachedData(for: "c") != nil)
     }
@@ -138,7 +138,7 @@ struct DataCacheTests {
         let cache = makeCache(dir, sizeLimit: 10_000)
         cache.storeData(bytes(10), metadata: CacheMetadata(headers: ["Cache-Control": "no-store"], now: clock.now), for: "secret")
         cache.storeData(bytes(20_000), metadata: metadata(), for: "huge")
-        cache.flush()
+        cache.flushSynchronously()
         #expect(cache.cachedData(for: "secret") == nil)
         #expect(cache.cachedData(for: "huge") == nil)
         #expect(try entryNames(dir).isEmpty)
@@ -149,12 +149,12 @@ struct DataCacheTests {
         let cache = makeCache(dir)
         let data = bytes(4000)
         cache.storeData(data, metadata: metadata(etag: "\"v1\""), for: "a")
-        cache.flush()
+        cache.flushSynchronously()
         clock.advance(by: 600)
         let renewed = metadata(etag: "\"v1\"").renewed(withHeaders: ["ETag": "\"v2\""], now: clock.now)
         cache.renew(key: "a", metadata: renewed)
         #expect(cache.cachedData(for: "a")?.metadata == renewed)  // at once
-        cache.flush()
+        cache.flushSynchronously()
         let fresh = makeCache(dir)
         let hit = try #require(fresh.cachedData(for: "a"))
         #expect(hit.data == data)
@@ -164,7 +164,7 @@ struct DataCacheTests {
         #expect(cache.metrics.renewals == 1)
         // Renewing a missing entry creates nothing.
         cache.renew(key: "nothing", metadata: renewed)
-        cache.flush()
+        cache.flushSynchronously()
         #expect(fresh.cachedData(for: "nothing") == nil)
         #expect(try entryNames(dir).count == 1)
     }
@@ -175,7 +175,7 @@ struct DataCacheTests {
         cache.storeData(bytes(100), metadata: metadata(etag: "\"v1\""), for: "a")
         cache.renew(key: "a", metadata: metadata(etag: "\"v2\""))
         #expect(cache.cachedData(for: "a")?.metadata.etag == "\"v2\"")
-        cache.flush()
+        cache.flushSynchronously()
         #expect(makeCache(dir).cachedData(for: "a")?.metadata.etag == "\"v2\"")
     }
 
@@ -184,12 +184,12 @@ struct DataCacheTests {
         let cache = makeCache(dir, sizeLimit: 10_000)
         cache.storeData(bytes(100), metadata: metadata(), for: "a")
         cache.storeData(bytes(100), metadata: metadata(), for: "b")
-        cache.flush()
+        cache.flushSynchronously()
         cache.storeData(bytes(100), metadata: CacheMetadata(headers: ["Cache-Control": "no-store"], now: clock.now), for: "a")
         cache.storeData(bytes(20_000), metadata: metadata(), for: "b")
         #expect(cache.cachedData(for: "a") == nil)
         #expect(cache.cachedData(for: "b") == nil)
-        cache.flush()
+        cache.flushSynchronously()
         #expect(try entryNames(dir).isEmpty)
     }
 
@@ -198,7 +198,7 @@ struct DataCacheTests {
         let cache = makeCache(dir)
         let t0 = clock.now
         cache.storeData(bytes(100), metadata: metadata(), for: "a")
-        cache.flush()
+        cache.flushSynchronously()
         let url = cache.url(for: "a")
         #expect(abs(try modificationDate(url).timeIntervalSince(t0)) < 0.001)
         clock.advance(by: 3599)
@@ -217,13 +217,13 @@ struct DataCacheTests {
         let dir = try CacheTestDirectory()
         let cache = makeCache(dir, ttl: 86_400)
         cache.storeData(bytes(100), metadata: metadata(), for: "old")
-        cache.flush()
+        cache.flushSynchronously()
         clock.advance(by: 3600)
         cache.storeData(bytes(100), metadata: metadata(), for: "new")
-        cache.flush()
+        cache.flushSynchronously()
         clock.advance(by: 86_400 - 3600)  // "old" is exactly one TTL old, "new" is not
         cache.sweep()
-        cache.flush()
+        cache.flushSynchronously()
         #expect(try entryNames(dir) == [DataCache.filename(for: "new")])
         #expect(cache.metrics.evictions == 1)
     }
@@ -233,13 +233,13 @@ struct DataCacheTests {
         let ttl: TimeInterval = 10 * 86_400
         let writer = makeCache(dir, ttl: ttl)
         writer.storeData(bytes(1000), metadata: metadata(), for: "expired")
-        writer.flush()
+        writer.flushSynchronously()
         clock.advance(by: 9 * 86_400)
         let keys = (1...6).map { "k\($0)" }
         for key in keys {
             clock.advance(by: 60)
             writer.storeData(bytes(1000), metadata: metadata(), for: key)
-            writer.flush()
+            writer.flushSynchronously()
         }
         clock.advance(by: 3600)
         #expect(writer.cachedData(for: "expired") != nil)  // touched: now the most recently used
@@ -269,7 +269,7 @@ struct DataCacheTests {
         for i in 0..<200 {
             cache.storeData(bytes(entrySize - 200, seed: UInt8(i % 256)), metadata: metadata(), for: "key-\(i)")
             if i % 10 == 9 {
-                cache.flush()
+                cache.flushSynchronously()
                 let names = try entryNames(dir)
                 let total = try names.reduce(0) { $0 + (try fileSize(dir.url.appendingPathComponent($1))) }
                 maximum = max(maximum, total)
@@ -296,7 +296,7 @@ struct DataCacheTests {
         try FileManager.default.setAttributes([.modificationDate: clock.now - 7200], ofItemAtPath: stale.path)
         try FileManager.default.setAttributes([.modificationDate: clock.now - 60], ofItemAtPath: fresh.path)
         cache.sweep()
-        cache.flush()
+        cache.flushSynchronously()
         #expect(try entryNames(dir) == [".tmp-writer-in-progress"])
     }
 

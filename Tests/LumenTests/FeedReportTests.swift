@@ -43,10 +43,10 @@ struct FeedReportTests {
         #expect(json["requestsForURLsOnlyNoCoalescingFetched"] as? Int == 2)
         #expect(json["requestsForURLsOnlyLumenFetched"] as? Int == 1)
         #expect(json["noCoalescingMinusLumenOnCommonURLsEqualsDuplicatesEliminated"] as? Bool == true)
-        #expect(report.ratios.contains("on the 3 URLs both fetched: 3; noCoalescing's duplicates there (its requests − 1 per URL): 3  goal equal: met"))
-        #expect(report.ratios.contains("on all URLs: 4 = 8 − 4 = 3 duplicates eliminated on the common URLs − 0 lumen duplicates there"))
-        #expect(report.ratios.contains("+ 2 requests for the 1 URLs only noCoalescing fetched − 1 for the 1 only lumen fetched"))
-        #expect(report.ratios.contains("noCoalescing's duplicates over every URL it fetched: 4"))
+        #expect(report.ratios().contains("on the 3 URLs both fetched: 3; noCoalescing's duplicates there (its requests − 1 per URL): 3  goal equal: met"))
+        #expect(report.ratios().contains("on all URLs: 4 = 8 − 4 = 3 duplicates eliminated on the common URLs − 0 lumen duplicates there"))
+        #expect(report.ratios().contains("+ 2 requests for the 1 URLs only noCoalescing fetched − 1 for the 1 only lumen fetched"))
+        #expect(report.ratios().contains("noCoalescing's duplicates over every URL it fetched: 4"))
     }
 
     /// (a) fetching a URL twice breaks the common-URL check; the decomposition still holds,
@@ -57,8 +57,8 @@ struct FeedReportTests {
         #expect(report.duplicatesEliminated == 2)
         #expect(report.lumenDuplicatesOnCommonURLs == 1)
         #expect(report.json["noCoalescingMinusLumenOnCommonURLsEqualsDuplicatesEliminated"] as? Bool == false)
-        #expect(report.ratios.contains("goal equal: MISSED"))
-        #expect(report.ratios.contains("− 1 lumen duplicates there"))
+        #expect(report.ratios().contains("goal equal: MISSED"))
+        #expect(report.ratios().contains("− 1 lumen duplicates there"))
         #expect(report.violations.count == 1) // (a)'s requests are not its distinct URLs
     }
 
@@ -107,7 +107,23 @@ struct FeedReportTests {
         #expect(report.json["naiveOverLumenPeakRSSCeiling"] as? Double == 3.5)
         #expect(report.json["naiveOverLumenPeakRSS"] as? Double == 2.8)
         #expect(report.json["naiveOverLumenPeakRSSGrowth"] as? Double == 5.5)
-        #expect(report.ratios.contains("ceiling for any loader: 3.50× = naive's peak / (lumen's start 30.0 MB + the detail view's photo 10.0 MB)"))
+        #expect(report.ratios().contains("ceiling for any loader: 3.50× = naive's peak / (lumen's start 30.0 MB + the detail view's photo 10.0 MB)"))
         #expect((report.json["lumen"] as? [String: Any])?["detailImageBytes"] as? Int == 10 << 20)
+    }
+
+    /// A quick run's report: the goals of times, memory and decoded pixels read "not checked
+    /// (quick run)" (never MISSED), the count goals are still checked, and the demo's last
+    /// line says which goals were not checked.
+    @Test func aQuickReportDoesNotJudgeTheGoalsItCannotMeasure() {
+        let report = report(lumen: ["/p1": 1], noCoalescing: ["/p1": 2])  // every ratio 0: missed
+        #expect(report.ratios().contains("MISSED"))
+        let quick = report.ratios(quick: true)
+        #expect(!quick.contains("MISSED"), "\(quick)")
+        #expect(quick.components(separatedBy: "not checked (quick run)").count - 1 == 4, "\(quick)")
+        #expect(quick.components(separatedBy: "goal equal: met").count - 1 == 2, "\(quick)")
+        #expect(report.missedGoals(quick: true).isEmpty)
+        #expect(report.missedGoals().count == 4)
+        #expect(DemoCommand.goalSummary(report, quick: true).contains("4 goals of times, memory and decoded pixels not checked in a quick run"))
+        #expect(DemoCommand.goalSummary(report, quick: false).contains("4 of 6 goals MISSED"))
     }
 }

@@ -28,3 +28,12 @@ extension DataCache {
         }
     }
 }
+
+extension DataCache.Metrics: CustomStringConvertible {
+    /// Every counter named, on one line:
+    /// `DataCache.Metrics: 3 lookups, 1 hits, 2 misses, 2 writes, 0 write failures, …`.
+    public var description: String {
+        "DataCache.Metrics: \(lookups) lookups, \(hits) hits, \(misses) misses, \(writes) writes, \(writeFailures) write failures, "
+            + "\(evictions) evictions, \(corruptEntriesRemoved) corrupt entries removed, \(renewals) renewals, \(sweeps) sweeps"
+    }
+}

@@ -48,8 +48,8 @@ public protocol DataCaching: Sendable {
 ///   whose thread runs at the lowest CPU priority (nice 19 on Linux), so that on a busy machine
 ///   they wait for CPU time nothing else wants instead of slowing down decoding; more than
 ///   64 MB of writes waiting run at normal priority. Until an operation lands, reads in this
-///   process already see its effect. ``flush()-5e3t9`` (or its `async` variant) waits for the
-///   queue; call it before the program exits to keep what is still queued (at exit, the write
+///   process already see its effect. ``flush()`` (or, from synchronous code, ``flushSynchronously()``)
+///   waits for the queue; call it before the program exits to keep what is still queued (at exit, the write
 ///   running finishes and the rest are dropped).
 /// - **Failures.** A missing directory is recreated by the next write. A read-only, full or
 ///   otherwise unusable directory drops the write and reports it through `onFailure`; nothing
@@ -312,7 +312,7 @@ public final class DataCache: DataCaching {
 
     /// Stores `data` with `metadata` for `key`, replacing any previous entry.
     ///
-    /// Returns at once; the file is written on the background queue (``flush()-5e3t9`` waits
+    /// Returns at once; the file is written on the background queue (``flush()`` waits
     /// for it), and reads in this process see the new entry meanwhile. Not written: metadata
     /// that says `no-store`, and entries larger than ``sizeLimit`` (those remove the previous
     /// entry for `key`, now outdated). A write the disk refuses is dropped and reported.
@@ -406,15 +406,22 @@ public final class DataCache: DataCaching {
         queue.async { [self] in performSweep() }
     }
 
-    /// Blocks until every write, removal, renewal and sweep queued so far is done; they run at
-    /// normal priority meanwhile (the writes otherwise run at the lowest). Never call it from
+    /// Blocks the calling thread until every write, removal, renewal and sweep queued so far
+    /// is done; they run at normal priority meanwhile (the writes otherwise run at the
+    /// lowest). For synchronous code (a command-line tool's last line, a `deinit`); in async
+    /// code, `await` ``flush()`` suspends instead of holding a thread. Never call it from
     /// `onFailure`.
-    public func flush() {
+    ///
+    /// A name of its own (not a synchronous overload of ``flush()``), so that `flush()` in
+    /// async code, top-level code included, is always the suspending one, and a missing
+    /// `await` is a compile error instead of a blocked thread.
+    public func flushSynchronously() {
         queue.sync {}
     }
 
     /// Suspends until every write, removal, renewal and sweep queued so far is done; they run
-    /// at normal priority meanwhile.
+    /// at normal priority meanwhile. Call it before the program exits to keep what is still
+    /// queued (``flushSynchronously()`` does the same from synchronous code).
     public func flush() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             queue.async(expedited: true) { continuation.resume() }

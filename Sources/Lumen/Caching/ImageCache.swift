@@ -222,3 +222,12 @@ public final class ImageCache: ImageCaching {
         state.withLock { $0.keysByRecency() }
     }
 }
+
+extension ImageCache.Metrics: CustomStringConvertible {
+    /// Every counter named, on one line:
+    /// `ImageCache.Metrics: 1 hits, 2 misses, 2 writes, 0 evictions, …, 2 entries, 245760 bytes held`.
+    public var description: String {
+        "ImageCache.Metrics: \(hits) hits, \(misses) misses, \(writes) writes, \(evictions) evictions, \(expirations) expirations, "
+            + "\(rejectedOversizeCount) rejected as oversize, \(totalCount) entries, \(totalCost) bytes held"
+    }
+}

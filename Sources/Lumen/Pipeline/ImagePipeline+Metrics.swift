@@ -156,6 +156,52 @@ extension ImagePipeline {
     }
 }
 
+extension ImagePipeline.Metrics: CustomStringConvertible {
+    /// The counters grouped in lines, every counter named (`print(pipeline.metrics)`):
+    ///
+    /// ```
+    /// ImagePipeline.Metrics
+    ///   fetch:        started 2, joined 1, completed 2, failed 0, cancelled 0
+    ///   decode:       started 2, joined 0, completed 2, failed 0, cancelled 0
+    ///   process:      started 0, joined 0, completed 0, failed 0, cancelled 0
+    ///   network:      2 requests started (peak 2 in flight, 0 now), 0 retries (0.000 s waited, 0 waits cancelled), 0 local loads, 48213 bytes downloaded
+    ///   decoding:     2 decodes (0 interrupted), 0 resampled from memory, 0 preview decodes, 0 processor applications (0 on previews)
+    ///   memory cache: 3 lookups, 1 hits, 2 writes, 0 rejected as oversize
+    ///   disk cache:   2 lookups, 0 hits, 2 writes; 0 fresh hits, 0 revalidations, 0 not modified, 0 cache failures
+    ///   live:         0 tasks, 0 requests
+    /// ```
+    public var description: String {
+        func line(_ name: String, _ text: String) -> String {
+            "\n  " + (name + ":").padding(toLength: 14, withPad: " ", startingAt: 0) + text
+        }
+        return "ImagePipeline.Metrics"
+            + line("fetch", fetch.description)
+            + line("decode", decode.description)
+            + line("process", process.description)
+            + line("network", "\(networkRequestsStarted) requests started (peak \(peakNetworkRequestsInFlight) in flight, \(networkRequestsInFlight) now), "
+                   + "\(retries) retries (\(String(format: "%.3f", retryWaitSeconds)) s waited, \(retryWaitsCancelled) waits cancelled), "
+                   + "\(localLoadsStarted) local loads, \(bytesDownloaded) bytes downloaded")
+            + line("decoding", "\(decodes) decodes (\(decodesInterrupted) interrupted), \(resampledFromMemory) resampled from memory, "
+                   + "\(previewDecodes) preview decodes, \(processorApplications) processor applications (\(previewProcessorApplications) on previews)")
+            + line("memory cache", memoryCache.description + ", \(memoryCacheRejectedOversize) rejected as oversize")
+            + line("disk cache", diskCache.description + "; \(diskCacheFreshHits) fresh hits, \(revalidations) revalidations, "
+                   + "\(notModified) not modified, \(cacheFailures) cache failures")
+            + line("live", "\(liveTasks) tasks, \(liveRequests) requests")
+    }
+}
+
+extension ImagePipeline.Metrics.StageMetrics: CustomStringConvertible {
+    /// `started 2, joined 1, completed 2, failed 0, cancelled 0`.
+    public var description: String {
+        "started \(started), joined \(joined), completed \(completed), failed \(failed), cancelled \(cancelled)"
+    }
+}
+
+extension ImagePipeline.Metrics.CacheLayerMetrics: CustomStringConvertible {
+    /// `3 lookups, 1 hits, 2 writes`.
+    public var description: String { "\(lookups) lookups, \(hits) hits, \(writes) writes" }
+}
+
 /// The pipeline's counters, with waiters that tests use to observe them without sleeping.
 ///
 /// Waiters' conditions are caller code: they are evaluated with no lock held (neither this

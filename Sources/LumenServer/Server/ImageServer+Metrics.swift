@@ -147,6 +147,33 @@ extension ImageServer {
     }
 }
 
+extension ImageServer.Metrics: CustomStringConvertible {
+    /// The counters grouped in lines, every counter named, then the pipeline's
+    /// (``ImagePipeline/Metrics/description``) indented below (`print(server.metrics)`).
+    /// `/metrics` serves ``prometheusText`` instead.
+    public var description: String {
+        func line(_ name: String, _ text: String) -> String {
+            "\n  " + (name + ":").padding(toLength: 11, withPad: " ", startingAt: 0) + text
+        }
+        let statuses = responses.sorted { $0.key < $1.key }.map { "\($0.value) × \($0.key)" }
+        let mean = latencyCount == 0 ? 0 : latencySum / Double(latencyCount)
+        func kinds(_ counts: [String: Int]) -> String {
+            counts.isEmpty ? "0" : counts.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
+        }
+        return "ImageServer.Metrics"
+            + line("responses", "\(latencyCount) (\(statuses.isEmpty ? "none" : statuses.joined(separator: ", "))), "
+                   + String(format: "%.3f s in all, %.3f ms mean", latencySum, mean * 1000))
+            + line("requests", "\(inFlight) in flight, \(queued) queued, \(queueRejections) refused with 429 (queue full)")
+            + line("results", "\(resultMemoryHits) from memory, \(resultDiskHits) from disk, \(encodes) encodes "
+                   + String(format: "(%.3f s), ", encodeSeconds) + "\(encodeJoins) joined a running encode")
+            + line("sources", "\(originFetches) origin fetches, \(decodes) decodes" + String(format: " (%.3f s)", decodeSeconds))
+            + line("redis", "\(redis.isUp ? "up" : "down or off"), hits \(kinds(redis.hits)), misses \(kinds(redis.misses)), "
+                   + "\(redis.damaged) damaged, \(redis.stores) stores, \(redis.errors) errors, \(redis.lockWaits) lock waits, "
+                   + "\(redis.stateChanges) state changes")
+            + "\n  " + pipeline.description.replacingOccurrences(of: "\n", with: "\n  ")
+    }
+}
+
 /// The pipeline's decoder, timed for ``ImageServer/Metrics/decodeSeconds``.
 struct TimedDecoder: ImageDecoding {
     let base: any ImageDecoding

@@ -51,7 +51,7 @@ final class PipelineCacheHarness: Sendable {
 
     /// Removes the directory (call at the end of a test).
     func cleanUp() {
-        dataCache?.flush()
+        dataCache?.flushSynchronously()
         _ = try? FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: directory.path)
         try? FileManager.default.removeItem(at: directory)
     }

@@ -165,7 +165,7 @@ final class UIModelRun {
     func execute() async -> Violation? {
         defer {
             if let dataCache {
-                dataCache.flush()
+                dataCache.flushSynchronously()
                 try? FileManager.default.removeItem(at: dataCache.directory)
             }
         }
