@@ -22,8 +22,8 @@ final class FaultyOrigin: @unchecked Sendable { // `listener` and `sources` neve
         case truncated
         /// `Content-Length` claiming 1000 bytes more than the body; the body, then closed.
         case lieLong = "lie-long"
-        /// `Content-Length` of the body, then 700 bytes more than it claims on a connection
-        /// kept open (a reused connection would read them as the next response).
+        /// `Content-Length` of the body, then, 20 ms later, 700 bytes more than it claims on a
+        /// connection kept open (a reused connection would read them as the next response).
         case lieShort = "lie-short"
         /// A response head that is not HTTP.
         case garbageHead = "garbage-head"
@@ -162,8 +162,11 @@ final class FaultyOrigin: @unchecked Sendable { // `listener` and `sources` neve
             _ = send(fd, head(body.count + 1000) + body)
             return false
         case .lieShort:
-            let extra = [UInt8](repeating: 0x5A, count: 700)
-            return send(fd, head(body.count) + body + extra)
+            // The extra bytes a moment later: a client that has read its Content-Length by
+            // then finds them in the idle connection, not in the same read as the body.
+            guard send(fd, head(body.count) + (isHead ? [] : body)) else { return false }
+            usleep(20_000)
+            return send(fd, [UInt8](repeating: 0x5A, count: 700))
         case .garbageHead:
             _ = send(fd, Array("HTTP/1.1 banana\r\nContent-Length: x\r\n\u{01}\u{02}\r\n\r\n".utf8) + body[..<min(64, body.count)])
             return false

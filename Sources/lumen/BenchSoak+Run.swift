@@ -100,6 +100,9 @@ extension BenchSoak {
         @Sendable func path(_ variant: Variant, _ fault: FaultyOrigin.Fault, nonce: UInt64) -> String {
             signer.path(options: variant.options, source: origin.url(source: variant.source, fault: fault, nonce: nonce))
         }
+        var orderRNG = SplitMix64(seed: options.seed &+ 0xFA17)
+        let faultOrder = FaultyOrigin.Fault.allCases.filter { $0 != .good }.shuffled(using: &orderRNG)
+        let faultTurn = Atomic<Int>(0)
         let hot = (0..<4).map { Variant(source: $0 % sources.count, width: 128, height: 128, format: "jpeg") }
         let port = server.port
 
@@ -120,8 +123,8 @@ extension BenchSoak {
                         (kind, variant, expected) = ("distinct", v, [200])
                         target = path(v, .good, nonce: rng.next() % 40)
                     case 35..<62:
-                        let faults = FaultyOrigin.Fault.allCases.filter { $0 != .good }
-                        let fault = faults[Int(rng.next() % UInt64(faults.count))]
+                        // In turn through an order the seed shuffles: every kind comes early.
+                        let fault = faultOrder[faultTurn.add(1, ordering: .relaxed).oldValue % faultOrder.count]
                         let v = Variant.random(sources: sources.count, &rng)
                         (kind, expected) = ("fault:\(fault.rawValue)", fault.expected)
                         variant = fault.expected.contains(200) ? v : nil

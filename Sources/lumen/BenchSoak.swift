@@ -17,7 +17,7 @@ enum BenchSoak {
           Runs `lumen serve` (this binary, a child process on 127.0.0.1, --cache in a temporary directory) against
           a loopback origin that injects faults, for N minutes (fractional: 0.2 is 12 s), and checks every answer.
             origin faults (per request, chosen from --seed; the URL names the fault, so the status owed is known):
-              good, trickle (10 pieces, 20 ms apart) → 200;  lie-short (700 bytes past Content-Length, kept open) → 200;
+              good, trickle (10 pieces, 20 ms apart) → 200;  lie-short (700 bytes past Content-Length 20 ms later, kept open) → 200;
               reset (RST mid-body), 5xx, truncated (close mid-body), lie-long (Content-Length 1000 over the body),
               garbage-head → 502;  stall (a quarter of the body, then silence past the source timeout) → 504
             clients on keep-alive connections: distinct sizes, fits and formats of the sources; faulty sources; hot
