@@ -29,13 +29,18 @@ struct KeepAliveClient {
         return fd >= 0
     }
 
+    /// Exchanges that failed on a connection and went again on a new one (a kept-alive
+    /// connection the server had closed, or a failure the retry then hid).
+    private(set) var retries = 0
+
     /// GETs `path`; a connection the server closed is reopened once.
     mutating func get(_ path: String, keepingBody: Bool = false) -> Response {
-        for _ in 0..<2 {
+        for attempt in 0..<2 {
             guard open() else { return Response() }
             let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
             if send(request), let response = readResponse(keepingBody: keepingBody) { return response }
             close()
+            if attempt == 0 { retries += 1 }
         }
         return Response()
     }

@@ -103,6 +103,8 @@ extension BenchSoak {
             var maximumMeanDifference = 0.0
             var unexpected = 0
             var samples: [String] = []
+            /// Exchanges the clients sent again on a new connection (see `KeepAliveClient.retries`).
+            var clientRetries = 0
         }
 
         let state = Mutex(State())

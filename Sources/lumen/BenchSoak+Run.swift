@@ -60,6 +60,9 @@ extension BenchSoak {
         var maximumMeanDifference: Double
         var unexpected: Int
         var unexpectedSamples: [String]
+        /// Requests a client sent again on a new connection after the first failed (a kept-alive
+        /// connection the server closed; not counted as unexpected, reported so a hidden reset shows).
+        var clientRetries: Int
         var cachePhases: [CachePhase]
         var cacheFilesAtEnd: Int
         var samples: [Sample]
@@ -148,6 +151,7 @@ extension BenchSoak {
                     tally.record(kind, status: response.status, expected: expected, detail: target)
                     if response.status == 200, let variant { tally.check(response.body, variant, references: references, detail: target) }
                 }
+                tally.state.withLock { $0.clientRetries += connection.retries }
                 connection.close()
             })
         }
@@ -182,7 +186,10 @@ extension BenchSoak {
                 pool = results.withLock { $0 }.sorted { $0.0 < $1.0 }.map(\.1)
                 usleep(3_000_000)
             }
-            for i in pool.indices { pool[i].close() }
+            for i in pool.indices {
+                tally.state.withLock { [retries = pool[i].retries] in $0.clientRetries += retries }
+                pool[i].close()
+            }
         })
         // Malformed requests, raw, each on a new connection.
         threads.append(ThreadJoin {
@@ -235,7 +242,7 @@ extension BenchSoak {
             requests: state.requests, responsesByStatus: state.byStatus, byKind: state.byKind, byPhase: state.byPhase,
             faultsInjected: origin.injected, originRequests: origin.requests, checkedImages: state.checkedImages,
             wrongImages: state.wrongImages, maximumMeanDifference: state.maximumMeanDifference,
-            unexpected: state.unexpected, unexpectedSamples: state.samples, cachePhases: phases,
+            unexpected: state.unexpected, unexpectedSamples: state.samples, clientRetries: state.clientRetries, cachePhases: phases,
             cacheFilesAtEnd: cacheFiles, samples: samples, idleAfterClients: idle, trend: trend, server: outcome, passed: passed)
     }
 
@@ -308,7 +315,7 @@ extension BenchSoak {
         var out = "lumen bench soak: \(String(format: "%.1f", r.seconds)) s, seed \(r.seed), server pid \(r.server.pid) (`lumen serve` child), \(r.sources.count) sources\n"
         out += "  requests \(r.requests): \(counts(r.responsesByStatus))\n"
         out += "  images checked \(r.checkedImages), wrong \(r.wrongImages) (largest mean difference \(String(format: "%.3f", r.maximumMeanDifference)), tolerance \(tolerance))\n"
-        out += "  unexpected \(r.unexpected)\n"
+        out += "  unexpected \(r.unexpected); requests sent again on a new connection after a failed exchange: \(r.clientRetries)\n"
         for sample in r.unexpectedSamples { out += "    \(sample)\n" }
         out += "  faults injected (origin responses): \(counts(r.faultsInjected)); origin requests \(r.originRequests)\n"
         out += "  by kind:\n"

@@ -47,7 +47,8 @@ enum BenchSoak {
                                    bad-signature, bad-options, malformed:NAME; statuses "none": no response or a
                                    reset, "closed": closed without a response), byPhase (cache phase → status → count),
                                    faultsInjected (fault → responses the origin gave), originRequests, checkedImages,
-                                   wrongImages, maximumMeanDifference, unexpected, unexpectedSamples, cachePhases
+                                   wrongImages, maximumMeanDifference, unexpected, unexpectedSamples, clientRetries
+                                   (requests sent again on a new connection after a failed exchange), cachePhases
                                    ([{name, atSeconds, action, writeError}]), cacheFilesAtEnd, samples ([{seconds,
                                    rssBytes, openFDs}]), idleAfterClients (a sample once the clients
                                    have closed, not in the trend), trend ({verdict, rule, samplesUsed, middleMeanRSSBytes,
