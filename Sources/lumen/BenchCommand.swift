@@ -47,6 +47,7 @@ enum BenchCommand {
         // The server benchmark is named on its own (it starts a server; `lumen bench` alone
         // runs the library's scenarios).
         if argv.first == "serve" { return await BenchServe.run(Array(argv.dropFirst())) }
+        if argv.first == "soak" { return await BenchSoak.run(Array(argv.dropFirst())) }
         let args: Arguments
         let iterations: Int
         let count: Int
@@ -54,6 +55,7 @@ enum BenchCommand {
         if argv.contains("--help") || argv.contains("-h") {
             print(help)
             print(BenchServe.usage)
+            print("usage: lumen bench soak --minutes N [--json] [--seed N] ... (the server under faults; lumen bench soak --help)")
             return 0
         }
         do {

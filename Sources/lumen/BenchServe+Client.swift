@@ -15,6 +15,8 @@ struct KeepAliveClient {
     }
 
     let port: Int
+    /// Seconds a read may wait before the exchange counts as failed (0: forever).
+    var receiveTimeout = 0
     private var fd: Int32 = -1
     private var buffer: [UInt8] = []
     private var chunk = [UInt8](repeating: 0, count: 16 * 1024)
@@ -23,17 +25,22 @@ struct KeepAliveClient {
 
     /// Connects now (a burst's clients connect before the start line); false when it failed.
     mutating func open() -> Bool {
-        if fd < 0 { fd = Self.connect(port) }
+        if fd < 0 { fd = Self.connect(port, receiveTimeout: receiveTimeout) }
         return fd >= 0
     }
 
+    /// Exchanges that failed on a connection and went again on a new one (a kept-alive
+    /// connection the server had closed, or a failure the retry then hid).
+    private(set) var retries = 0
+
     /// GETs `path`; a connection the server closed is reopened once.
     mutating func get(_ path: String, keepingBody: Bool = false) -> Response {
-        for _ in 0..<2 {
+        for attempt in 0..<2 {
             guard open() else { return Response() }
             let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
             if send(request), let response = readResponse(keepingBody: keepingBody) { return response }
             close()
+            if attempt == 0 { retries += 1 }
         }
         return Response()
     }
@@ -128,7 +135,7 @@ struct KeepAliveClient {
         return Response(status: status, bodyBytes: bodyBytes, body: keepingBody ? body : nil, node: node)
     }
 
-    private static func connect(_ port: Int) -> Int32 {
+    static func connect(_ port: Int, receiveTimeout: Int = 0) -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return -1 }
         var address = sockaddr_in()
@@ -141,6 +148,10 @@ struct KeepAliveClient {
         guard result == 0 else { Glibc.close(fd); return -1 }
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        if receiveTimeout > 0 {
+            var limit = timeval(tv_sec: receiveTimeout, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        }
         return fd
     }
 }

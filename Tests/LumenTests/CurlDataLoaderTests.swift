@@ -313,6 +313,24 @@ struct CurlDataLoaderTests {
         #expect(error?.code == .cannotConnectToHost)
     }
 
+    /// An origin that sends bytes past a response's `Content-Length` after the client has
+    /// read it spoils that kept-alive connection (libcurl 7.x keeps it and reads the leftovers
+    /// as the next response's status line: "Received HTTP/0.9"); the next load goes again on
+    /// a new connection instead of failing. Found by `lumen bench soak`'s lie-short fault.
+    @Test func bytesLeftInAnIdleConnectionDoNotFailTheNextLoad() async throws {
+        let origin = try SpoilingOrigin()
+        defer { origin.stop() }
+        let first = ChunkSink()
+        _ = try await loader.loadData(for: URLRequest(url: origin.url("/first")), didReceive: first.append)
+        #expect(first.data == SpoilingOrigin.body)
+        await origin.sendLeftovers()
+        let second = ChunkSink()
+        let response = try await loader.loadData(for: URLRequest(url: origin.url("/second")), didReceive: second.append)
+        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        #expect(second.data == SpoilingOrigin.body)
+        #expect(origin.connections == 2)
+    }
+
     // MARK: Local URLs and the pipeline
 
     @Test func fileAndDataURLsAreReadLocally() async throws {
@@ -371,6 +389,89 @@ struct CurlDataLoaderTests {
         // Trailers or stray lines with no status line before them start nothing.
         #expect(block.feed("X-Trailer: 1\r\n") == nil)
         #expect(block.feed("\r\n") == nil)
+    }
+}
+
+/// An HTTP/1.1 origin on 127.0.0.1 that answers every request with ``body`` on kept-alive
+/// connections and, on its first connection, sends 700 bytes past the first response when
+/// ``sendLeftovers()`` asks (once the client has read that response).
+final class SpoilingOrigin: Sendable {
+    static let body = Data((0..<5_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 3) })
+    let port: UInt16
+    private let listener: Int32
+    private let accepted = Atomic<Int>(0)
+    private let go = DispatchSemaphore(value: 0)
+    private let sent = DispatchSemaphore(value: 0)
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && listen(fd, 8) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard fd >= 0, bound else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+        listener = fd
+        port = UInt16(bigEndian: address.sin_port)
+        Thread.detachNewThread { [self] in
+            while true {
+                let connection = accept(fd, nil, nil)
+                guard connection >= 0 else { return }
+                let index = accepted.add(1, ordering: .relaxed).oldValue
+                Thread.detachNewThread { [self] in serve(connection, spoils: index == 0) }
+            }
+        }
+    }
+
+    /// Connections accepted so far.
+    var connections: Int { accepted.load(ordering: .relaxed) }
+
+    func url(_ path: String) -> URL { URL(string: "http://127.0.0.1:\(port)\(path)")! }
+
+    /// Sends the leftovers on the first connection; returns once they are sent.
+    func sendLeftovers() async {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread { [self] in
+                go.signal()
+                sent.wait()
+                continuation.resume()
+            }
+        }
+    }
+
+    func stop() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+    }
+
+    private func serve(_ fd: Int32, spoils: Bool) {
+        defer { close(fd) }
+        var buffer: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        var answered = 0
+        while true {
+            while buffer.firstRange(of: Array("\r\n\r\n".utf8)) == nil {
+                let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                guard n > 0 else { return }
+                buffer += chunk[0..<n]
+            }
+            buffer.removeFirst(buffer.firstRange(of: Array("\r\n\r\n".utf8))!.upperBound)
+            let response = Array("HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: \(Self.body.count)\r\n\r\n".utf8) + Self.body
+            guard write(fd, response) else { return }
+            answered += 1
+            if spoils && answered == 1 {
+                go.wait()
+                let written = write(fd, [UInt8](repeating: 0x5A, count: 700))
+                sent.signal()
+                guard written else { return }
+            }
+        }
+    }
+
+    private func write(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) == $0.count }
     }
 }
 #endif

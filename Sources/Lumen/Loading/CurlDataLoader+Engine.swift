@@ -148,6 +148,12 @@ extension CurlDataLoader {
                 guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle,
                       let transfer = transfers[easy] else { continue }
                 let code = message.pointee.data.result
+                if transfer.retriesOnNewConnection(after: code) {
+                    _ = curl_multi_remove_handle(multi, easy)
+                    transfers[easy] = nil
+                    start(transfer)
+                    continue
+                }
                 // Read before `end`: the outcome may need the handle's error buffer.
                 let error = transfer.outcome(code)
                 end(transfer, with: error)

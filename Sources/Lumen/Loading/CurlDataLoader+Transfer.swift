@@ -302,6 +302,32 @@ extension CurlDataLoader {
 
         // MARK: The end (loop thread)
 
+        /// Whether the transfer already went again on a new connection.
+        private var isRetriedOnNewConnection = false
+
+        /// Prepares the transfer to go once more, on a new connection, when it failed on a
+        /// connection it reused before any response came: a GET or HEAD whose status line was
+        /// unreadable (bytes an earlier response sent past its `Content-Length` after libcurl
+        /// had finished reading it, which libcurl 7.x leaves in the idle connection and reads
+        /// as the next response's head: "Received HTTP/0.9"), or that got nothing or an error
+        /// at once. Such a connection was spoiled by an earlier response, not by this one.
+        /// Browsers retry these the same way. Once only; the caller adds the handle again.
+        func retriesOnNewConnection(after code: CURLcode) -> Bool {
+            let method = (request.httpMethod ?? "GET").uppercased()
+            guard !isRetriedOnNewConnection, failure == nil, response == nil, pendingRedirect == nil, received == 0,
+                  method == "GET" || method == "HEAD",
+                  [CURLE_UNSUPPORTED_PROTOCOL, CURLE_WEIRD_SERVER_REPLY, CURLE_GOT_NOTHING, CURLE_RECV_ERROR, CURLE_SEND_ERROR].contains(code)
+            else { return false }
+            var connections = 0
+            guard lumen_curl_easy_getinfo_long(easy, CURLINFO_NUM_CONNECTS, &connections) == CURLE_OK, connections == 0 else { return false }
+            isRetriedOnNewConnection = true
+            head = HeaderBlock()
+            errorBuffer[0] = 0
+            refusedAddress = nil
+            _ = lumen_curl_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, 1)
+            return true
+        }
+
         /// The error that ends the load when libcurl reports `code`, or nil for success.
         func outcome(_ code: CURLcode) -> (any Error)? {
             if let failure { return failure }
