@@ -38,7 +38,7 @@ struct KeepAliveClient {
         for attempt in 0..<2 {
             guard open() else { return Response() }
             let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
-            if send(request), let response = readResponse(keepingBody: keepingBody) { return response }
+            if sendAll(fd, request), let response = readResponse(keepingBody: keepingBody) { return response }
             close()
             if attempt == 0 { retries += 1 }
         }
@@ -51,15 +51,6 @@ struct KeepAliveClient {
         buffer.removeAll()
     }
 
-    private func send(_ bytes: [UInt8]) -> Bool {
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            guard n > 0 else { return false }
-            offset += n
-        }
-        return true
-    }
 
     /// Reads what the socket has into `buffer` (through one small buffer per connection: a
     /// burst's 200 clients share the process with the server they measure).
@@ -244,4 +235,15 @@ enum Wrk {
         let line = text.split(separator: "\n").first { $0.hasPrefix("Requests/sec:") }
         return line.flatMap { Double($0.dropFirst("Requests/sec:".count).trimmingCharacters(in: .whitespaces)) }
     }
+}
+
+/// Writes all of `bytes` to the socket `fd` (no SIGPIPE); `false` when a write fails first.
+func sendAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+    var offset = 0
+    while offset < bytes.count {
+        let n = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        guard n > 0 else { return false }
+        offset += n
+    }
+    return true
 }

@@ -191,13 +191,8 @@ extension BenchSoak {
         let fd = KeepAliveClient.connect(port, receiveTimeout: 15)
         guard fd >= 0 else { return 0 }
         defer { close(fd) }
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            // A server may answer and close before reading everything (a huge header).
-            guard n > 0 else { break }
-            offset += n
-        }
+        // A server may answer and close before reading everything (a huge header): read on.
+        _ = sendAll(fd, bytes)
         var head: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
         while head.count < 64 * 1024, head.firstRange(of: Array("\r\n".utf8)) == nil {

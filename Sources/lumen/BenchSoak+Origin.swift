@@ -114,7 +114,7 @@ final class FaultyOrigin: @unchecked Sendable { // `listener` and `sources` neve
             let parts = target.split(separator: "/")
             guard parts.count == 4, parts[0] == "s", let index = Int(parts[1]), sources.indices.contains(index),
                   let fault = Fault(rawValue: String(parts[2])) else {
-                _ = send(fd, Array("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".utf8))
+                _ = sendAll(fd, Array("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".utf8))
                 continue
             }
             let isHead = head.hasPrefix("HEAD ")
@@ -132,54 +132,44 @@ final class FaultyOrigin: @unchecked Sendable { // `listener` and `sources` neve
         let half = body.count / 2
         switch fault {
         case .good:
-            return send(fd, head(body.count) + (isHead ? [] : body))
+            return sendAll(fd, head(body.count) + (isHead ? [] : body))
         case .trickle:
-            guard send(fd, head(body.count)) else { return false }
+            guard sendAll(fd, head(body.count)) else { return false }
             if isHead { return true }
             let piece = max(1, (body.count + 9) / 10)
             for start in stride(from: 0, to: body.count, by: piece) {
-                guard send(fd, Array(body[start..<min(body.count, start + piece)])) else { return false }
+                guard sendAll(fd, Array(body[start..<min(body.count, start + piece)])) else { return false }
                 usleep(20_000)
             }
             return true
         case .reset:
-            _ = send(fd, head(body.count) + body[..<half])
+            _ = sendAll(fd, head(body.count) + body[..<half])
             var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
             setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
             return false
         case .stall:
-            _ = send(fd, head(body.count) + body[..<(body.count / 4)])
+            _ = sendAll(fd, head(body.count) + body[..<(body.count / 4)])
             usleep(useconds_t(stallSeconds * 1_000_000))
             return false
         case .error5xx:
             let status = ["500 Internal Server Error", "502 Bad Gateway", "503 Service Unavailable"][Int(nonce % 3)]
             let text = Array("origin failure\n".utf8)
-            return send(fd, head(text.count, status: status, type: "text/plain") + text)
+            return sendAll(fd, head(text.count, status: status, type: "text/plain") + text)
         case .truncated:
-            _ = send(fd, head(body.count) + body[..<half])
+            _ = sendAll(fd, head(body.count) + body[..<half])
             return false
         case .lieLong:
-            _ = send(fd, head(body.count + 1000) + body)
+            _ = sendAll(fd, head(body.count + 1000) + body)
             return false
         case .lieShort:
             // The extra bytes a moment later: a client that has read its Content-Length by
             // then finds them in the idle connection, not in the same read as the body.
-            guard send(fd, head(body.count) + (isHead ? [] : body)) else { return false }
+            guard sendAll(fd, head(body.count) + (isHead ? [] : body)) else { return false }
             usleep(20_000)
-            return send(fd, [UInt8](repeating: 0x5A, count: 700))
+            return sendAll(fd, [UInt8](repeating: 0x5A, count: 700))
         case .garbageHead:
-            _ = send(fd, Array("HTTP/1.1 banana\r\nContent-Length: x\r\n\u{01}\u{02}\r\n\r\n".utf8) + body[..<min(64, body.count)])
+            _ = sendAll(fd, Array("HTTP/1.1 banana\r\nContent-Length: x\r\n\u{01}\u{02}\r\n\r\n".utf8) + body[..<min(64, body.count)])
             return false
         }
-    }
-
-    private func send(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            guard n > 0 else { return false }
-            offset += n
-        }
-        return true
     }
 }
