@@ -194,6 +194,29 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
                   options: options, thumbnail: thumbnail, userInfo: userInfo)
     }
 
+    /// Creates a request for `url`, which may be `nil` (as Nuke's does, so
+    /// `ImageRequest(url: URL(string: text))` needs no unwrapping): a request without a URL
+    /// fails, never cached, with ``ImagePipeline/Error/Code/dataLoadingFailed`` wrapping
+    /// `URLError(.badURL)`, and its ``url`` is `nil`.
+    @_disfavoredOverload
+    public init(
+        url: URL?, processors: [any ImageProcessing] = [], priority: Priority = .normal,
+        options: Options = [], thumbnail: DecodeSize? = nil, userInfo: [String: any Sendable] = [:]
+    ) {
+        if let url {
+            self.init(url: url, processors: processors, priority: priority, options: options,
+                      thumbnail: thumbnail, userInfo: userInfo)
+        } else {
+            self.init(resource: .closure(id: Self.missingURLIdentity, load: { throw URLError(.badURL) }),
+                      processors: processors, priority: priority, options: options, thumbnail: thumbnail,
+                      userInfo: userInfo)
+        }
+    }
+
+    /// The data identity of a request made with a `nil` URL: not a URL, so no real request
+    /// shares its key.
+    static let missingURLIdentity = "lumen:missing-url"
+
     /// Creates a request from a `URLRequest` (headers, credentials, cache policy, timeout).
     public init(
         urlRequest: URLRequest, processors: [any ImageProcessing] = [], priority: Priority = .normal,

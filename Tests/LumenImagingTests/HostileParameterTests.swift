@@ -20,6 +20,34 @@ struct HostileParameterTests {
         }
     }
 
+    /// A quality outside its format's range is an error naming the range, not a silent clamp.
+    @Test(arguments: [
+        EncodingFormat.jpeg(quality: 0), .jpeg(quality: 101), .jpeg(quality: -5, progressive: true),
+        .webp(quality: -1), .webp(quality: 101, lossless: true), .avif(quality: 200),
+    ])
+    func aQualityOutsideItsRangeIsAnError(format: EncodingFormat) {
+        #expect(format.qualityRange != nil)
+        do {
+            _ = try Self.small.encode(as: format)
+            Issue.record("\(format) encoded")
+        } catch {
+            guard case .encodingFailed(let reason) = error else {
+                Issue.record("\(format): \(error)")
+                return
+            }
+            let range = format.qualityRange!
+            #expect(reason.contains("quality must be \(range.lowerBound)–\(range.upperBound)"), "\(reason)")
+        }
+    }
+
+    /// The ends of each range encode.
+    @Test(arguments: [EncodingFormat.jpeg(quality: 1), .jpeg(quality: 100), .webp(quality: 0), .webp(quality: 100)])
+    func theEndsOfEachQualityRangeEncode(format: EncodingFormat) throws {
+        let data = try Self.small.encode(as: format)
+        let decoded = try ImageDecoder.decode(data)
+        #expect(decoded.bitmap.width == 40 && decoded.bitmap.height == 30)
+    }
+
     @Test func upscalingWithinTheLimitWorks() throws {
         let png = try Self.small.encode(as: .png)
         let decoded = try ImageDecoder.decode(png, options: DecodeOptions(size: .maxPixelSize(400), allowsUpscaling: true))

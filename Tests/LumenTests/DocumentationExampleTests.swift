@@ -1040,3 +1040,36 @@ extension DocumentationExampleTests {
         }
     }
 }
+
+// MARK: - ComingFromNuke.md
+
+extension DocumentationExampleTests {
+    @Suite(.timeLimit(.minutes(1)))
+    struct ComingFromNuke {
+        /// The moved Nuke program, against a loopback server; only the cache's `directory:` added.
+        @Test func theMovedNukeProgramRuns() async throws {
+            let server = try LoopbackServer()
+            defer { server.stop() }
+            server.serve(path: "/avatar.jpg", data: try DocFixtures.jpeg(width: 400, height: 300), contentType: "image/jpeg")
+            let avatarText = server.url(for: "/avatar.jpg").absoluteString
+            let directory = try DocFixtures.temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: directory) }
+
+            let pipeline = ImagePipeline {
+                $0.dataCache = DataCache(name: "avatars", directory: directory)
+                $0.isProgressiveDecodingEnabled = false
+            }
+            let request = ImageRequest(
+                url: URL(string: avatarText),                          // an optional URL, as in Nuke
+                processors: [ImageProcessors.Resize(size: CGSize(width: 128, height: 128))],
+                priority: .high)
+            let response = try await pipeline.image(for: request)
+            let avatar = response.image                                // a Bitmap, not a UIImage
+
+            // Aspect fill into 128×128 without crop: the short side is 128.
+            #expect(avatar.height == 128 && avatar.width == 171)
+            #expect(request.priority == .high)
+            #expect(server.statistics.totalRequests == 1)
+        }
+    }
+}

@@ -112,6 +112,16 @@ extension ImagePipeline {
             #endif
         }
 
+        /// The defaults with a ``DataCache`` named `name` (in its default directory, see
+        /// ``DataCache/defaultDirectory(name:)``) as ``dataCache``, as Nuke's
+        /// `Configuration.withDataCache` makes. `sizeLimit`: bytes on disk (default: the
+        /// cache's default, 150 MB).
+        public static func withDataCache(name: String = "lumen", sizeLimit: Int? = nil) -> Configuration {
+            var configuration = Configuration()
+            configuration.dataCache = sizeLimit.map { DataCache(name: name, sizeLimit: $0) } ?? DataCache(name: name)
+            return configuration
+        }
+
         /// Creates a configuration with the defaults, using `dataLoader` for downloads.
         public init(dataLoader: any DataLoading = Configuration.makeDefaultDataLoader()) {
             let cores = max(1, ProcessInfo.processInfo.activeProcessorCount)

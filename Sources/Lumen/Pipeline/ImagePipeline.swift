@@ -59,6 +59,14 @@ public final class ImagePipeline: Sendable {
         }
     }
 
+    /// Creates a pipeline from a default ``Configuration`` changed by `configure`, the form
+    /// Nuke users write: `ImagePipeline { $0.dataCache = DataCache(name: "avatars") }`.
+    public convenience init(_ configure: (inout Configuration) -> Void) {
+        var configuration = Configuration()
+        configure(&configuration)
+        self.init(configuration: configuration)
+    }
+
     deinit {
         if let failureObserver, let dataCache = configuration.dataCache as? DataCache {
             dataCache.failureObservers.remove(failureObserver)

@@ -345,7 +345,7 @@ extension JPEGCodec {
         }
     }
 
-    /// `image` encoded as a JPEG at `quality` (clamped to 1–100) with 4:2:0 chroma
+    /// `image` encoded as a JPEG at `quality` (1–100; ``Bitmap/encode(as:)`` refuses others) with 4:2:0 chroma
     /// subsampling (or `subsampling`: the public API only uses 4:2:0; the others are for
     /// tests), progressive when asked. Alpha is dropped.
     /// - Throws: ``ImagingError/encodingFailed(reason:)``.

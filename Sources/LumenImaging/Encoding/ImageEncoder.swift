@@ -1,6 +1,10 @@
 import Foundation
 
 /// An output format for ``Bitmap/encode(as:)``.
+///
+/// A quality outside its format's range is an error
+/// (``ImagingError/encodingFailed(reason:)``), never clamped: a caller that passes 150 or -1
+/// has a bug worth seeing.
 public enum EncodingFormat: Sendable, Hashable {
     /// JPEG at `quality` 1–100; progressive when asked. Alpha is dropped.
     case jpeg(quality: Int = 85, progressive: Bool = false)
@@ -14,9 +18,11 @@ public enum EncodingFormat: Sendable, Hashable {
 
 extension Bitmap {
     /// This image encoded in `format`.
-    /// - Throws: ``ImagingError/encodingFailed(reason:)``, or
-    ///   ``ImagingError/unsupportedFormat(_:)`` (with `.avif`) for AVIF without libheif.
+    /// - Throws: ``ImagingError/encodingFailed(reason:)`` (also for a quality outside the
+    ///   format's range), or ``ImagingError/unsupportedFormat(_:)`` (with `.avif`) for AVIF
+    ///   without libheif.
     public func encode(as format: EncodingFormat) throws(ImagingError) -> Data {
+        try format.checkQuality()
         switch format {
         case .jpeg(let quality, let progressive):
             return try JPEGCodec.encode(self, quality: quality, progressive: progressive)
@@ -32,5 +38,29 @@ extension Bitmap {
             throw .unsupportedFormat(.avif)
             #endif
         }
+    }
+}
+
+extension EncodingFormat {
+    /// The range `quality` must be in for this format (`nil` for PNG, which has none).
+    public var qualityRange: ClosedRange<Int>? {
+        switch self {
+        case .jpeg: 1...100
+        case .png: nil
+        case .webp, .avif: 0...100
+        }
+    }
+
+    /// Throws when the quality is outside ``qualityRange``.
+    func checkQuality() throws(ImagingError) {
+        let (name, quality): (String, Int)
+        switch self {
+        case .jpeg(let q, _): (name, quality) = ("JPEG", q)
+        case .png: return
+        case .webp(let q, _): (name, quality) = ("WebP", q)
+        case .avif(let q): (name, quality) = ("AVIF", q)
+        }
+        guard let range = qualityRange, !range.contains(quality) else { return }
+        throw .encodingFailed(reason: "\(name) quality must be \(range.lowerBound)–\(range.upperBound), got \(quality)")
     }
 }

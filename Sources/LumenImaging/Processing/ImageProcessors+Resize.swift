@@ -1,3 +1,5 @@
+import Foundation
+
 extension ImageProcessors {
     /// Resizes to a target size in pixels with the high-quality ``Resampler``.
     ///
@@ -31,6 +33,21 @@ extension ImageProcessors {
         ) {
             precondition(size.width > 0 && size.height > 0, "Resize: size must be positive, got \(size.width)x\(size.height)")
             self.init(width: size.width, height: size.height, contentMode: contentMode, crop: crop, upscale: upscale, filter: filter)
+        }
+
+        /// Resizes to `size` in **pixels** (Nuke's form takes points and a unit; Lumen has no
+        /// screen scale: multiply by it first). Fractional sides are rounded up.
+        /// - Precondition: both sides are positive and finite.
+        public init(
+            size: CGSize, contentMode: ContentMode = .aspectFill, crop: Bool = false, upscale: Bool = false,
+            filter: Resampler.Filter = .lanczos3
+        ) {
+            precondition(size.width.isFinite && size.height.isFinite && size.width > 0 && size.height > 0,
+                         "Resize: size must be positive, got \(size.width)x\(size.height)")
+            precondition(size.width <= CGFloat(Int.max / 2) && size.height <= CGFloat(Int.max / 2), "Resize: size too large")
+            self.init(
+                size: (width: Int(size.width.rounded(.up)), height: Int(size.height.rounded(.up))),
+                contentMode: contentMode, crop: crop, upscale: upscale, filter: filter)
         }
 
         /// Resizes to `width` pixels wide, the height following the aspect ratio.
