@@ -66,6 +66,7 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
         var options: Options = []
         var thumbnail: DecodeSize?
         var credentialHeaders: Set<String> = []
+        var credentialScope: String?
         var userInfo: [String: any Sendable] = [:]
         var explicitImageID: String?
         /// The data closure only hands back bytes already in memory (``FetchImage``'s
@@ -91,6 +92,7 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
             copy.options = options
             copy.thumbnail = thumbnail
             copy.credentialHeaders = credentialHeaders
+            copy.credentialScope = credentialScope
             copy.userInfo = userInfo
             copy.explicitImageID = explicitImageID
             copy.isInMemory = isInMemory
@@ -161,7 +163,24 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
         set {
             mutate {
                 $0.credentialHeaders = newValue
-                $0.fetchKey = FetchKey(resource: $0.resource, credentialHeaders: newValue)
+                $0.fetchKey = FetchKey(resource: $0.resource, credentialHeaders: newValue, credentialScope: $0.credentialScope)
+            }
+        }
+    }
+    /// Whose request this is, for credentials that are not in the request itself: the
+    /// configuration's ``ImagePipeline/Configuration/willLoadData`` hook receives it (to add
+    /// that user's token, say), and it is part of every key, like a credential header:
+    /// requests with different scopes share neither a download nor a cache entry, and
+    /// requests with the same scope (or the same credential headers) do. A hook that adds
+    /// anything that may identify a user to a request without a scope fails that load with
+    /// ``ImagePipeline/Error/Code/unscopedCredentials`` instead of sending it, so what the
+    /// hook adds for one user can never be shared with another. Default `nil`.
+    public var credentialScope: String? {
+        get { storage.credentialScope }
+        set {
+            mutate {
+                $0.credentialScope = newValue
+                $0.fetchKey = FetchKey(resource: $0.resource, credentialHeaders: $0.credentialHeaders, credentialScope: newValue)
             }
         }
     }

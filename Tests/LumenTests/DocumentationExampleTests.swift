@@ -1071,5 +1071,34 @@ extension DocumentationExampleTests {
             #expect(request.priority == .high)
             #expect(server.statistics.totalRequests == 1)
         }
+
+        /// A token store the sample takes for granted.
+        actor Tokens {
+            func fresh(for user: String) throws -> String { "token-for-\(user)" }
+        }
+
+        /// The request-hook sample: the scope's token reaches the server.
+        @Test func theRequestHookSampleAddsTheUsersToken() async throws {
+            let server = try LoopbackServer()
+            defer { server.stop() }
+            server.serve(path: "/avatar.jpg", data: try DocFixtures.jpeg(width: 40, height: 30), contentType: "image/jpeg")
+            let avatarURL = server.url(for: "/avatar.jpg")
+            let tokens = Tokens()
+            let userID = "u1"
+
+            var configuration = ImagePipeline.Configuration()
+            configuration.willLoadData = { request, context in
+                var request = request
+                if let user = context.credentialScope {
+                    request.setValue("Bearer \(try await tokens.fresh(for: user))", forHTTPHeaderField: "Authorization")
+                }
+                return request
+            }
+            var request = ImageRequest(url: avatarURL)
+            request.credentialScope = userID
+
+            _ = try await ImagePipeline(configuration: configuration).image(for: request)
+            #expect(server.recordedRequests(for: "/avatar.jpg").map { $0.header("authorization") } == ["Bearer token-for-u1"])
+        }
     }
 }

@@ -96,12 +96,14 @@ public struct ImageCacheKey: Hashable, Sendable {
     /// compared exactly; a header whose trimmed value is empty is the same as no header. The
     /// fingerprint does not depend on header order or name case, different values give
     /// different fingerprints, and other headers (`User-Agent`, tracing headers) never change
-    /// it.
+    /// it. `scope`: the request's ``ImageRequest/credentialScope``, which counts like one more
+    /// credential.
     public static func credentialFingerprint(
         for headers: [String: String],
-        markedHeaders: Set<String> = []
+        markedHeaders: Set<String> = [],
+        scope: String? = nil
     ) -> String? {
-        CredentialRule.fingerprint(headers: headers, markedHeaders: markedHeaders)
+        CredentialRule.fingerprint(headers: headers, markedHeaders: markedHeaders, scope: scope)
     }
 }
 
@@ -137,10 +139,15 @@ enum CredentialRule {
         return pairs
     }
 
-    /// The SHA-256 (lowercase hex) of ``canonicalPairs(headers:markedHeaders:)``; `nil` when
-    /// there are none.
-    static func fingerprint(headers: [String: String], markedHeaders: Set<String>) -> String? {
-        let pairs = canonicalPairs(headers: headers, markedHeaders: markedHeaders)
+    /// The name under which ``ImageRequest/credentialScope`` joins the pairs: a space cannot
+    /// be in a header name, so no header can pass for a scope.
+    static let scopePairName = "credential scope"
+
+    /// The SHA-256 (lowercase hex) of ``canonicalPairs(headers:markedHeaders:)`` and, when
+    /// there is one, the request's credential scope; `nil` when there are none.
+    static func fingerprint(headers: [String: String], markedHeaders: Set<String>, scope: String? = nil) -> String? {
+        var pairs = canonicalPairs(headers: headers, markedHeaders: markedHeaders)
+        if let scope { pairs.append((scopePairName, scope)) }
         guard !pairs.isEmpty else { return nil }
         var digest = SHA256Digest()
         digest.update("lumen-credentials-v1\n")

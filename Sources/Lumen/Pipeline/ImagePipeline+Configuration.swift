@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 extension ImagePipeline {
     /// All of a pipeline's tuning in one value. Defaults are stated on each property.
@@ -89,6 +92,23 @@ extension ImagePipeline {
         public var maximumDecodedPixelCount: Int
         /// When failed downloads are retried. Default ``RetryPolicy/none``.
         public var retryPolicy: RetryPolicy
+        /// Runs before each load of a URL request (every attempt, revalidations included),
+        /// in the fetch stage, and returns the request to send: Nuke's `willLoadData`. Add a
+        /// freshly refreshed token, sign a URL. Default `nil`.
+        ///
+        /// The hook sees only what the load is keyed on: the `URLRequest` every request sharing
+        /// this load has in common, and their ``ImageRequest/credentialScope`` (in
+        /// ``ImagePipeline/LoadContext``). Whatever it adds for one user therefore reaches only
+        /// that user's requests and cache entries: give each user's requests their own scope.
+        /// On a request without a scope the hook may set only headers that never identify a
+        /// user (`User-Agent`, `Accept-Encoding`, `Cache-Control`, `Pragma` and the tracing
+        /// headers `X-Request-ID`, `traceparent`, `tracestate`); any other change — a credential
+        /// or other header, the URL, the method or the body — fails the load with
+        /// ``ImagePipeline/Error/Code/unscopedCredentials`` before anything is sent. An error the
+        /// hook throws fails the load as ``ImagePipeline/Error/Code/dataLoadingFailed`` (retried
+        /// only if the retry policy calls it transient). Counted in
+        /// ``ImagePipeline/Metrics/requestHookCalls`` and ``ImagePipeline/Metrics/requestHookRefusals``.
+        public var willLoadData: (@Sendable (URLRequest, ImagePipeline.LoadContext) async throws -> URLRequest)?
         /// Called for every stage event (work started, joined, completed, failed, cancelled)
         /// and for every problem a cache absorbed (``ImagePipeline/Event/cacheFailure(_:)``),
         /// on the thread where it happened, never while the graph is locked. Default `nil` (off).
@@ -144,6 +164,7 @@ extension ImagePipeline {
             self.maximumDecodedPixelCount = 100_000_000
             self.retryPolicy = .none
             self.eventHandler = nil
+            self.willLoadData = nil
             self.logger = nil
         }
     }

@@ -53,6 +53,11 @@ extension ImagePipeline {
             public static let pipelineInvalidated = Code("pipelineInvalidated")
             /// `returnCacheDataDontLoad` was set and the caches had nothing.
             public static let dataMissingInCache = Code("dataMissingInCache")
+            /// The ``ImagePipeline/Configuration/willLoadData`` hook changed something that may
+            /// identify a user (a credential header, the URL, the method or the body) on a
+            /// request without an ``ImageRequest/credentialScope``; nothing was sent. See
+            /// ``underlyingError`` (an ``ImagePipeline/UnscopedCredentials``) for what changed.
+            public static let unscopedCredentials = Code("unscopedCredentials")
         }
 
         /// The kind of failure.
@@ -103,6 +108,10 @@ extension ImagePipeline {
         public static func dataLoadingFailed(_ error: any Swift.Error) -> Error {
             Error(code: .dataLoadingFailed, underlyingError: error)
         }
+        /// An error with code ``Code/unscopedCredentials``: the request hook changed `changed`.
+        public static func unscopedCredentials(_ changed: UnscopedCredentials) -> Error {
+            Error(code: .unscopedCredentials, underlyingError: changed)
+        }
         /// An error with code ``Code/dataTooLarge``: `byteCount` bytes exceeded `limit` bytes.
         public static func dataTooLarge(limit: Int, byteCount: Int) -> Error {
             Error(code: .dataTooLarge, limit: limit, byteCount: byteCount)
@@ -125,6 +134,7 @@ extension ImagePipeline {
                 if let statusCode { return "dataLoadingFailed(status \(statusCode))" }
                 return "dataLoadingFailed(\(underlyingError.map(Self.describe) ?? "unknown"))"
             case .dataTooLarge: return "dataTooLarge(limit: \(limit ?? 0), byteCount: \(byteCount ?? 0))"
+            case .unscopedCredentials: return "unscopedCredentials(\(underlyingError.map { "\($0)" } ?? "?"))"
             case .decodingFailed: return "decodingFailed(\(underlyingError.map { "\($0)" } ?? "unknown"))"
             case .processingFailed:
                 return "processingFailed(\(processorIdentifier ?? "?"): \(underlyingError.map { "\($0)" } ?? "unknown"))"

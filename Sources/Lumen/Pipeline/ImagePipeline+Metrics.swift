@@ -78,6 +78,11 @@ extension ImagePipeline {
         /// Waits before a retry that ended because the fetch was cancelled (its last
         /// subscriber left): no further attempt was made.
         public var retryWaitsCancelled = 0
+        /// Calls to ``ImagePipeline/Configuration/willLoadData`` (one per load attempt).
+        public var requestHookCalls = 0
+        /// Loads that failed because the request hook changed what may identify a user on a
+        /// request without a credential scope (``ImagePipeline/Error/Code/unscopedCredentials``).
+        public var requestHookRefusals = 0
         /// Calls to the data loader for `file:` and `data:` URLs.
         public var localLoadsStarted = 0
         /// Loader calls running now.
@@ -180,7 +185,8 @@ extension ImagePipeline.Metrics: CustomStringConvertible {
             + line("process", process.description)
             + line("network", "\(networkRequestsStarted) requests started (peak \(peakNetworkRequestsInFlight) in flight, \(networkRequestsInFlight) now), "
                    + "\(retries) retries (\(String(format: "%.3f", retryWaitSeconds)) s waited, \(retryWaitsCancelled) waits cancelled), "
-                   + "\(localLoadsStarted) local loads, \(bytesDownloaded) bytes downloaded")
+                   + "\(localLoadsStarted) local loads, \(bytesDownloaded) bytes downloaded, "
+                   + "\(requestHookCalls) request hook calls (\(requestHookRefusals) refused)")
             + line("decoding", "\(decodes) decodes (\(decodesInterrupted) interrupted), \(resampledFromMemory) resampled from memory, "
                    + "\(previewDecodes) preview decodes, \(processorApplications) processor applications (\(previewProcessorApplications) on previews)")
             + line("memory cache", memoryCache.description + ", \(memoryCacheRejectedOversize) rejected as oversize")

@@ -175,7 +175,7 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
         while true {
             attempt += 1
             if !conditionalHeaders.isEmpty { graph.metricsStore.withLock { $0.revalidations += 1 } }
-            let result = await loadOnce(conditionalHeaders: conditionalHeaders)
+            let result = await loadOnce(conditionalHeaders: conditionalHeaders, attempt: attempt)
             switch result {
             case .success(var fetched):
                 if fetched.isNotModified {
@@ -235,7 +235,7 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
         return true
     }
 
-    private func loadOnce(conditionalHeaders: [String: String]) async -> Result<FetchedData, ImagePipeline.Error> {
+    private func loadOnce(conditionalHeaders: [String: String], attempt: Int) async -> Result<FetchedData, ImagePipeline.Error> {
         let limit = graph.configuration.maximumResponseDataSize
         let resource = request.resource
         if case .closure(_, let load) = resource {
@@ -256,6 +256,12 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
         // neither answer (it would bypass revalidation and the cache's own checks) nor store
         // them a second time (`DataLoader` declines to store responses to such requests).
         if graph.caches.hasDataCache { urlRequest.cachePolicy = .reloadIgnoringLocalCacheData }
+        if let hook = graph.configuration.willLoadData {
+            switch await runRequestHook(hook, on: urlRequest, attempt: attempt) {
+            case .success(let hooked): urlRequest = hooked
+            case .failure(let error): return .failure(error)
+            }
+        }
         // `file:` and `data:` URLs go through the loader too, but not over the network.
         let isNetwork = !Self.isLocal(urlRequest.url)
         graph.metricsStore.withLock {
@@ -293,6 +299,28 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
         } catch {
             return .failure(Self.wrap(error))
         }
+    }
+
+    /// `urlRequest` as the configuration's request hook returns it, or the load's failure: the
+    /// hook's error, or ``ImagePipeline/Error/Code/unscopedCredentials`` when it changed what
+    /// may identify a user on a request without a credential scope (``RequestHookRule``).
+    private func runRequestHook(
+        _ hook: @escaping @Sendable (URLRequest, ImagePipeline.LoadContext) async throws -> URLRequest, on urlRequest: URLRequest, attempt: Int
+    ) async -> Result<URLRequest, ImagePipeline.Error> {
+        let scope = request.credentialScope
+        graph.metricsStore.withLock { $0.requestHookCalls += 1 }
+        let hooked: URLRequest
+        do {
+            hooked = try await hook(urlRequest, ImagePipeline.LoadContext(credentialScope: scope, attempt: attempt))
+            try Task.checkCancellation()
+        } catch {
+            return .failure(Self.wrap(error))
+        }
+        if scope == nil, let changes = RequestHookRule.unscopedChanges(from: urlRequest, to: hooked) {
+            graph.metricsStore.withLock { $0.requestHookRefusals += 1 }
+            return .failure(.unscopedCredentials(changes))
+        }
+        return .success(hooked)
     }
 
     /// The load of `body` ended: `bodyPrefix(_:)` no longer reads it.

@@ -105,16 +105,20 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
         return hasher.finalize()
     }
 
-    init(resource: ImageRequest.Resource, credentialHeaders: Set<String>) {
+    /// `credentialScope`: ``ImageRequest/credentialScope``, folded into the fingerprint like a
+    /// credential header, so that the memory and disk keys (which reuse it) are scoped too.
+    init(resource: ImageRequest.Resource, credentialHeaders: Set<String>, credentialScope: String? = nil) {
         switch resource {
         case .closure(let id, _):
-            self.init(identity: id, isClosure: true, method: "", body: nil, cachePolicy: 0, credentialFingerprint: nil)
-        case .url(let url):
+            let fingerprint = credentialScope.flatMap { CredentialRule.fingerprint(headers: [:], markedHeaders: [], scope: $0) }
+            self.init(identity: id, isClosure: true, method: "", body: nil, cachePolicy: 0, credentialFingerprint: fingerprint)
+        case .url(let url) where credentialScope == nil:
             self.init(plainURL: url)
+        case .url(let url):
+            self.init(resource: .urlRequest(URLRequest(url: url)), credentialHeaders: credentialHeaders, credentialScope: credentialScope)
         case .urlRequest(let urlRequest):
-            let fingerprint = urlRequest.allHTTPHeaderFields.flatMap {
-                CredentialRule.fingerprint(headers: $0, markedHeaders: credentialHeaders)
-            }
+            let fingerprint = CredentialRule.fingerprint(
+                headers: urlRequest.allHTTPHeaderFields ?? [:], markedHeaders: credentialHeaders, scope: credentialScope)
             self.init(identity: urlRequest.url?.absoluteString ?? "", isClosure: false, method: urlRequest.httpMethod ?? "GET",
                       body: urlRequest.httpBody, cachePolicy: urlRequest.cachePolicy.rawValue, credentialFingerprint: fingerprint)
         }
