@@ -183,18 +183,41 @@ extension LoopbackServer {
             }
 
             headers.append(("Content-Type", route.contentType))
-            let isTruncated = route.truncateAfter.map { $0 < data.count } ?? false
+            var status = 200
+            var content = data
+            if route.rangeSupport != .ignored {
+                headers.append(("Accept-Ranges", "bytes"))
+                if let start = Self.rangeStart(request), Self.ifRangeMatches(request, route) {
+                    let length = content.count
+                    guard start < length else {
+                        return sendSimple(status: 416, keepAlive: keepAlive, extraHeaders: ["Content-Range": "bytes */\(length)"])
+                    }
+                    var first = start
+                    if case .misplaced(let offset) = route.rangeSupport { first = min(length - 1, start + offset) }
+                    status = 206
+                    headers.append(("Content-Range", "bytes \(first)-\(length - 1)/\(length)"))
+                    content = content.subdata(in: first..<length)
+                }
+            }
+            let truncateAfter = core.update { state -> Int? in
+                guard let after = state.routes[path]?.truncateAfter else { return nil }
+                guard let times = state.routes[path]?.truncateTimes else { return after }
+                guard times > 0 else { return nil }
+                state.routes[path]?.truncateTimes = times - 1
+                return after
+            }
+            let isTruncated = truncateAfter.map { $0 < content.count } ?? false
             if route.isChunked {
                 headers.append(("Transfer-Encoding", "chunked"))
             } else {
-                headers.append(("Content-Length", String(data.count)))
+                headers.append(("Content-Length", String(content.count)))
             }
             let closeAfter = !keepAlive || isTruncated
-            guard send(status: 200, headers: headers, keepAlive: !closeAfter) else { return clientGone() }
+            guard send(status: status, headers: headers, keepAlive: !closeAfter) else { return clientGone() }
             if request.method == "HEAD" { return !closeAfter }
 
-            let limit = min(data.count, route.truncateAfter ?? data.count)
-            let body = data.prefix(limit)
+            let limit = min(content.count, truncateAfter ?? content.count)
+            let body = content.prefix(limit)
             // A body hold splits the body in two: the first part, a wait, the rest.
             let pause = route.bodyPauseAfter.map { min($0, body.count) }
             var parts = [body]
@@ -226,6 +249,24 @@ extension LoopbackServer {
             guard held else { return true }
             defer { core.update { $0.stats[keyPath: counter] -= 1 } }
             return core.wait(while: { $0.phase == .running && isHeld($0) }, interrupt: isPeerClosed)
+        }
+
+        /// N of a `Range: bytes=N-` header; nil for none or any other form.
+        private static func rangeStart(_ request: HTTPRequestHead) -> Int? {
+            guard let value = request.header("range")?.trimmingCharacters(in: .whitespaces),
+                  value.hasPrefix("bytes="), value.hasSuffix("-") else { return nil }
+            return Int(value.dropFirst(6).dropLast())
+        }
+
+        /// Whether `If-Range` is absent or names the route's current representation: its
+        /// strong ETag (exact), or its Last-Modified date.
+        private static func ifRangeMatches(_ request: HTTPRequestHead, _ route: Route) -> Bool {
+            guard let ifRange = request.header("if-range")?.trimmingCharacters(in: .whitespaces) else { return true }
+            if ifRange.hasPrefix("\"") || ifRange.hasPrefix("W/") {
+                guard let etag = route.etag, !etag.hasPrefix("W/") else { return false }
+                return ifRange == etag
+            }
+            return ifRange == route.lastModified
         }
 
         private static func isNotModified(_ request: HTTPRequestHead, _ route: Route) -> Bool {

@@ -185,7 +185,38 @@ public final class LoopbackServer: Sendable {
     /// Sends the full `Content-Length` for `path` but only the first `bytes` of the body, then
     /// closes the connection; nil restores full bodies.
     public func truncate(path: String, after bytes: Int?) {
-        core.updateRoute(path) { $0.truncateAfter = bytes.map { max(0, $0) } }
+        core.updateRoute(path) {
+            $0.truncateAfter = bytes.map { max(0, $0) }
+            $0.truncateTimes = nil
+        }
+    }
+
+    /// Like `truncate(path:after:)`, for the next `times` responses to `path` only; later
+    /// ones are whole. A range response (`setRangeSupport`) is cut after `bytes` of its own body.
+    public func truncate(path: String, after bytes: Int, times: Int) {
+        core.updateRoute(path) {
+            $0.truncateAfter = max(0, bytes)
+            $0.truncateTimes = max(0, times)
+        }
+    }
+
+    /// How a route answers `Range: bytes=N-` requests.
+    public enum RangeSupport: Sendable, Equatable {
+        /// Ranges are ignored: always `200` with the whole body (the default).
+        case ignored
+        /// `206` with `Content-Range: bytes N-LAST/LENGTH` and the rest of the body when
+        /// `If-Range` is absent or matches the route's strong `ETag` or its `Last-Modified`
+        /// (else `200` with the whole body); `416` for a start past the end. Responses carry
+        /// `Accept-Ranges: bytes`.
+        case honoured
+        /// Like `honoured`, but the `206` starts `offset` bytes later than asked, and says so
+        /// in its `Content-Range`: a client that appends without reading it loses bytes.
+        case misplaced(offset: Int)
+    }
+
+    /// Sets how `path` answers range requests (see ``RangeSupport``).
+    public func setRangeSupport(_ support: RangeSupport, for path: String) {
+        core.updateRoute(path) { $0.rangeSupport = support }
     }
 
     /// Sends `path`'s body with `Transfer-Encoding: chunked` and no `Content-Length`, in
@@ -366,6 +397,9 @@ extension LoopbackServer {
         var redirect: (status: Int, location: String)?
         var informationalStatus: Int?
         var truncateAfter: Int?
+        /// Responses left to truncate; nil: every one.
+        var truncateTimes: Int?
+        var rangeSupport: RangeSupport = .ignored
         var isChunked = false
         var chunkSize = 16 * 1024
         var latency: Duration = .zero

@@ -21,13 +21,15 @@ struct MetricsDescriptionTests {
         (m.diskCache.lookups, m.diskCache.hits, m.diskCache.writes) = (28, 29, 30); m.diskCacheFreshHits = 31
         m.revalidations = 32; m.notModified = 33; m.cacheFailures = 34; m.liveTasks = 35; m.liveRequests = 36
         m.requestHookCalls = 37; m.requestHookRefusals = 38
+        m.resumedDownloads = 39; m.resumedBytes = 40; m.resumesAbandoned = 41
         let text = "\(m)"
         let expected = [
             "fetch:        started 101, joined 102, completed 103, failed 104, cancelled 105",
             "decode:       started 201, joined 202, completed 203, failed 204, cancelled 205",
             "process:      started 301, joined 302, completed 303, failed 304, cancelled 305",
             "11 requests started (peak 12 in flight, 13 now)", "14 retries (1.500 s waited, 15 waits cancelled)",
-            "16 local loads", "17000 bytes downloaded", "37 request hook calls (38 refused)", "18 decodes (19 interrupted)", "20 resampled from memory",
+            "16 local loads", "17000 bytes downloaded", "37 request hook calls (38 refused)",
+            "39 resumed (40 bytes kept, 41 resumes abandoned)", "18 decodes (19 interrupted)", "20 resampled from memory",
             "21 preview decodes", "22 processor applications (23 on previews)",
             "memory cache: 24 lookups, 25 hits, 26 writes, 27 rejected as oversize",
             "disk cache:   28 lookups, 29 hits, 30 writes; 31 fresh hits, 32 revalidations, 33 not modified, 34 cache failures",

@@ -78,6 +78,14 @@ extension ImagePipeline {
         /// Waits before a retry that ended because the fetch was cancelled (its last
         /// subscriber left): no further attempt was made.
         public var retryWaitsCancelled = 0
+        /// Retried downloads that continued a cut body with a range request (`Range` +
+        /// `If-Range`) answered `206` with the rest.
+        public var resumedDownloads = 0
+        /// Bytes the resumed downloads did not load again (received before the cut).
+        public var resumedBytes = 0
+        /// Range requests whose answer did not continue the bytes received (a `206` for
+        /// another range or length, a `416`): the next attempt loaded the whole body.
+        public var resumesAbandoned = 0
         /// Calls to ``ImagePipeline/Configuration/willLoadData`` (one per load attempt).
         public var requestHookCalls = 0
         /// Loads that failed because the request hook changed what may identify a user on a
@@ -186,6 +194,7 @@ extension ImagePipeline.Metrics: CustomStringConvertible {
             + line("network", "\(networkRequestsStarted) requests started (peak \(peakNetworkRequestsInFlight) in flight, \(networkRequestsInFlight) now), "
                    + "\(retries) retries (\(String(format: "%.3f", retryWaitSeconds)) s waited, \(retryWaitsCancelled) waits cancelled), "
                    + "\(localLoadsStarted) local loads, \(bytesDownloaded) bytes downloaded, "
+                   + "\(resumedDownloads) resumed (\(resumedBytes) bytes kept, \(resumesAbandoned) resumes abandoned), "
                    + "\(requestHookCalls) request hook calls (\(requestHookRefusals) refused)")
             + line("decoding", "\(decodes) decodes (\(decodesInterrupted) interrupted), \(resampledFromMemory) resampled from memory, "
                    + "\(previewDecodes) preview decodes, \(processorApplications) processor applications (\(previewProcessorApplications) on previews)")

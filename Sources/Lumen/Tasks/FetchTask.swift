@@ -172,11 +172,15 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
         if let stale, request.url != nil { conditionalHeaders = stale.metadata.conditionalHeaders }
         let policy = graph.configuration.retryPolicy
         var attempt = 0
+        // The bytes a cut attempt delivered, which the next one asks the rest of
+        // (FetchTask+Resume.swift).
+        var partial: PartialBody?
         while true {
             attempt += 1
-            if !conditionalHeaders.isEmpty { graph.metricsStore.withLock { $0.revalidations += 1 } }
-            let result = await loadOnce(conditionalHeaders: conditionalHeaders, attempt: attempt)
-            switch result {
+            if partial == nil, !conditionalHeaders.isEmpty { graph.metricsStore.withLock { $0.revalidations += 1 } }
+            let outcome = await loadOnce(conditionalHeaders: conditionalHeaders, attempt: attempt, resuming: partial)
+            partial = nil
+            switch outcome.result {
             case .success(var fetched):
                 if fetched.isNotModified {
                     guard let stale, let diskKey, !conditionalHeaders.isEmpty else {
@@ -200,8 +204,15 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
                 }
                 complete(.success(fetched))
                 return
+            case .failure(let error) where outcome.abandonedResume:
+                // The range request's answer did not continue the bytes: load it all again.
+                graph.metricsStore.withLock { $0.resumesAbandoned += 1 }
+                if attempt < policy.maximumAttempts, !Task.isCancelled { continue }
+                complete(.failure(error))
+                return
             case .failure(let error):
                 if error.code != .cancelled, attempt < policy.maximumAttempts, !Task.isCancelled, policy.shouldRetry(error) {
+                    partial = outcome.partial
                     guard await waitBeforeRetry(attempt, after: error, policy: policy) else {
                         complete(.failure(.cancelled))
                         return
@@ -235,7 +246,15 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
         return true
     }
 
-    private func loadOnce(conditionalHeaders: [String: String], attempt: Int) async -> Result<FetchedData, ImagePipeline.Error> {
+    /// One attempt's result; on a failure, the bytes a next attempt may continue, and whether
+    /// the attempt was a resume the server's answer did not continue.
+    private struct Attempt {
+        var result: Result<FetchedData, ImagePipeline.Error>
+        var partial: PartialBody?
+        var abandonedResume = false
+    }
+
+    private func loadOnce(conditionalHeaders: [String: String], attempt: Int, resuming partial: PartialBody?) async -> Attempt {
         let limit = graph.configuration.maximumResponseDataSize
         let resource = request.resource
         if case .closure(_, let load) = resource {
@@ -243,15 +262,19 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
                 let data = try await load()
                 try Task.checkCancellation()
                 if !request.isInMemory { graph.metricsStore.withLock { $0.bytesDownloaded += data.count } }
-                if data.isEmpty { return .failure(.dataIsEmpty) }
-                if data.count > limit { return .failure(.dataTooLarge(limit: limit, byteCount: data.count)) }
-                return .success(FetchedData(data: data, urlResponse: nil))
+                if data.isEmpty { return Attempt(result: .failure(.dataIsEmpty)) }
+                if data.count > limit { return Attempt(result: .failure(.dataTooLarge(limit: limit, byteCount: data.count))) }
+                return Attempt(result: .success(FetchedData(data: data, urlResponse: nil)))
             } catch {
-                return .failure(Self.wrap(error))
+                return Attempt(result: .failure(Self.wrap(error)))
             }
         }
         guard var urlRequest = request.urlRequest else { preconditionFailure("FetchTask: a URL resource without a URLRequest") }
-        for (name, value) in conditionalHeaders { urlRequest.setValue(value, forHTTPHeaderField: name) }
+        if let partial {
+            urlRequest = partial.rangeRequest(urlRequest)
+        } else {
+            for (name, value) in conditionalHeaders { urlRequest.setValue(value, forHTTPHeaderField: name) }
+        }
         // With a disk cache, Lumen caches the bytes: a `URLCache` on the loader's session must
         // neither answer (it would bypass revalidation and the cache's own checks) nor store
         // them a second time (`DataLoader` declines to store responses to such requests).
@@ -259,7 +282,7 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
         if let hook = graph.configuration.willLoadData {
             switch await runRequestHook(hook, on: urlRequest, attempt: attempt) {
             case .success(let hooked): urlRequest = hooked
-            case .failure(let error): return .failure(error)
+            case .failure(let error): return Attempt(result: .failure(error))
             }
         }
         // `file:` and `data:` URLs go through the loader too, but not over the network.
@@ -274,12 +297,14 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
             }
         }
         defer { if isNetwork { graph.metricsStore.withLock { $0.networkRequestsInFlight -= 1 } } }
-        let body = Body(limit: limit)
+        let body = Body(limit: limit, resuming: partial)
         // However the load ends, its bytes are no longer a skipped preview's to take.
         defer { forgetScannedBody(body) }
+        // A resumed body is not scanned: its previews were sent while its first part arrived.
+        let scans = partial == nil
         do {
             let response = try await graph.configuration.dataLoader.loadData(for: urlRequest) { [self] chunk, response in
-                let (progress, preview) = try body.append(chunk, response: response, scanning: wantsPreviews.load(ordering: .relaxed))
+                let (progress, preview) = try body.append(chunk, response: response, scanning: scans && wantsPreviews.load(ordering: .relaxed))
                 graph.metricsStore.withLock { $0.bytesDownloaded += chunk.count }
                 graph.sync {
                     send(progress: progress)
@@ -290,15 +315,57 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
                 }
             }
             try Task.checkCancellation()
+            if let partial {
+                return finishResumed(partial, body: body, response: response)
+            }
             if (response as? HTTPURLResponse)?.statusCode == 304 {
-                return .success(FetchedData(data: Data(), urlResponse: response, isNotModified: true))
+                return Attempt(result: .success(FetchedData(data: Data(), urlResponse: response, isNotModified: true)))
             }
             let data = body.data
-            if data.isEmpty { return .failure(.dataIsEmpty) }
-            return .success(FetchedData(data: data, urlResponse: response))
+            if data.isEmpty { return Attempt(result: .failure(.dataIsEmpty)) }
+            return Attempt(result: .success(FetchedData(data: data, urlResponse: response)))
         } catch {
-            return .failure(Self.wrap(error))
+            let failure = Self.wrap(error)
+            if partial != nil, Self.isResumeRefusal(error) {
+                return Attempt(result: .failure(failure), partial: nil, abandonedResume: true)
+            }
+            let kept = body.continuable(for: urlRequest)
+            return Attempt(result: .failure(failure), partial: kept)
         }
+    }
+
+    /// A resumed attempt's end: the rest appended to the bytes before it (answered with the
+    /// first response's headers, the whole representation's), or a new whole body.
+    private func finishResumed(_ partial: PartialBody, body: Body, response: URLResponse) -> Attempt {
+        switch body.answer ?? partial.answer(to: response) {
+        case .continues:
+            let data = body.data
+            if let total = partial.totalLength, Int64(data.count) != total {
+                let mismatch = ResumeMismatch(status: 206, contentRange: (response as? HTTPURLResponse)?.value(forHTTPHeaderField: "Content-Range"))
+                return Attempt(result: .failure(.dataLoadingFailed(mismatch)), abandonedResume: true)
+            }
+            graph.metricsStore.withLock {
+                $0.resumedDownloads += 1
+                $0.resumedBytes += partial.data.count
+            }
+            return Attempt(result: .success(FetchedData(data: data, urlResponse: partial.response)))
+        case .startsOver:
+            let data = body.data
+            if data.isEmpty { return Attempt(result: .failure(.dataIsEmpty)) }
+            return Attempt(result: .success(FetchedData(data: data, urlResponse: response)))
+        case .mismatched:
+            let http = response as? HTTPURLResponse
+            let mismatch = ResumeMismatch(status: http?.statusCode ?? 0, contentRange: http?.value(forHTTPHeaderField: "Content-Range"))
+            return Attempt(result: .failure(.dataLoadingFailed(mismatch)), abandonedResume: true)
+        }
+    }
+
+    /// Whether `error`, thrown by a resumed attempt, says that the server will not continue
+    /// the bytes: a `206` that does not continue them, or `416 Range Not Satisfiable`.
+    private static func isResumeRefusal(_ error: any Error) -> Bool {
+        if let error = error as? ImagePipeline.Error, error.underlyingError is ResumeMismatch { return true }
+        if let status = (error as? any HTTPStatusCodeProviding)?.statusCode, status == 416 { return true }
+        return false
     }
 
     /// `urlRequest` as the configuration's request hook returns it, or the load's failure: the
@@ -344,14 +411,38 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
             var expected: Int64 = 0
             var isFirstChunk = true
             var scanner = ProgressiveJPEGScanner()
+            /// The response of the first chunk.
+            var response: URLResponse?
+            /// For a resumed attempt, how its response relates to the bytes before it.
+            var answer: PartialBody.Answer?
         }
 
         private let limit: Int
+        /// The bytes a resumed attempt continues.
+        private let resuming: PartialBody?
         private let state = Mutex(State())
 
-        init(limit: Int) { self.limit = limit }
+        init(limit: Int, resuming: PartialBody? = nil) {
+            self.limit = limit
+            self.resuming = resuming
+        }
 
         var data: Data { state.withLock { $0.data } }
+
+        /// How the resumed attempt's response related to the bytes before it, once it came.
+        var answer: PartialBody.Answer? { state.withLock { $0.answer } }
+
+        /// The bytes received so far as a body the next attempt can continue, if it can
+        /// (``PartialBody``): after a resumed attempt that continued, the whole prefix.
+        func continuable(for request: URLRequest) -> PartialBody? {
+            state.withLock { state in
+                if let resuming, state.answer == .continues {
+                    let more = state.data.count - resuming.data.count
+                    return more > 0 ? resuming.appending(state.data.suffix(more)) : resuming
+                }
+                return PartialBody(data: state.data, response: state.response, request: request)
+            }
+        }
 
         /// A copy of the first `length` bytes (not a slice: one would share the buffer, and the
         /// next chunk's append would then copy all of it); `nil` when there are fewer.
@@ -369,6 +460,31 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
             return try state.withLock { state throws(ImagePipeline.Error) -> (ImageTask.Progress, Data?) in
                 if state.isFirstChunk {
                     state.isFirstChunk = false
+                    state.response = response
+                    if let resuming {
+                        let answer = resuming.answer(to: response)
+                        state.answer = answer
+                        switch answer {
+                        case .continues:
+                            // The rest follows the bytes already here; sizes count them all.
+                            state.expected = resuming.totalLength ?? (Int64(resuming.data.count) + max(0, DataLoader.declaredLength(response)))
+                            if state.expected > Int64(limit) {
+                                throw .dataTooLarge(limit: limit, byteCount: Int(clamping: state.expected))
+                            }
+                            state.data = Data(capacity: Int(state.expected))
+                            state.data.append(resuming.data)
+                            let total = state.data.count + chunk.count
+                            if total > limit { throw .dataTooLarge(limit: limit, byteCount: total) }
+                            state.data.append(chunk)
+                            return (ImageTask.Progress(completed: Int64(total), total: max(state.expected, Int64(total))), nil)
+                        case .mismatched:
+                            let http = response as? HTTPURLResponse
+                            throw .dataLoadingFailed(ResumeMismatch(
+                                status: http?.statusCode ?? 0, contentRange: http?.value(forHTTPHeaderField: "Content-Range")))
+                        case .startsOver:
+                            break // a whole new body, as below
+                        }
+                    }
                     state.expected = max(0, DataLoader.declaredLength(response))
                     if state.expected > Int64(limit) {
                         throw .dataTooLarge(limit: limit, byteCount: Int(clamping: state.expected))
