@@ -46,6 +46,12 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
         public static let disableDiskCacheReads = Options(rawValue: 1 << 4)
         /// Don't store data in the disk cache.
         public static let disableDiskCacheWrites = Options(rawValue: 1 << 5)
+        /// Decode every frame of an animated GIF or WebP (``ImageContainer/frames``),
+        /// composited, with durations, each at the request's decode size, within
+        /// ``ImagePipeline/Configuration/maximumDecodedPixelCount`` for all frames together.
+        /// Processors apply to every frame. A still image gives no frames. Requests with and
+        /// without it share the download, never the decode or a memory-cache entry.
+        public static let decodeAllFrames = Options(rawValue: 1 << 6)
     }
 
     /// Where the bytes come from.

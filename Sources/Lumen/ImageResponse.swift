@@ -33,6 +33,8 @@ public struct ImageResponse: Sendable {
 
     /// The pixels.
     public var image: Bitmap { container.image }
+    /// The animation's frames (``ImageContainer/frames``), `nil` for a still image.
+    public var frames: [AnimationFrame]? { container.frames }
     /// `true` for a progressive preview rather than the final image.
     public var isPreview: Bool { container.isPreview }
 }

@@ -54,8 +54,9 @@ extension ImageDecoding {
 
 /// Namespace for the built-in decoders.
 public enum ImageDecoders {
-    /// Lumen's imaging engine (``LumenImaging/ImageDecoder``): JPEG, PNG, WebP, GIF (first
-    /// frame), and HEIC/AVIF when built with libheif.
+    /// Lumen's imaging engine (``LumenImaging/ImageDecoder``): JPEG, PNG, WebP, GIF (the
+    /// first frame, or every frame with ``ImageRequest/Options/decodeAllFrames``), and
+    /// HEIC/AVIF when built with libheif.
     public struct Default: ImageDecoding {
         /// Creates the default decoder; it holds no state.
         public init() {}
@@ -64,6 +65,11 @@ public enum ImageDecoders {
         /// truncated progressive JPEG) fail as ``LumenImaging/ImagingError/truncated``, so a cut
         /// download or a damaged cache entry can never pass for the image.
         public func decode(_ data: Data, context: ImageDecodingContext) throws -> ImageContainer {
+            if context.request.options.contains(.decodeAllFrames),
+               let info = try? ImageDecoder.info(for: data), info.frameCount > 1 {
+                let frames = try ImageDecoder.decodeFrames(data, options: context.options)
+                return ImageContainer(frames: frames, format: info.format)
+            }
             let decoded = try ImageDecoder.decode(data, options: context.options)
             if decoded.isPartial { throw ImagingError.truncated }
             return ImageContainer(image: decoded.bitmap, isPreview: false, format: decoded.statistics.format)

@@ -16,6 +16,9 @@ struct ProcessorChainIdentity: Hashable, @unchecked Sendable { // AnyHashable va
 /// with the first `i` processors applied). Disk keys carry the same identity and fingerprint:
 /// the original data's key has no variant; the processed image's key (only for requests with
 /// processors or a decode size) names the decode size and the processors' stable identifiers.
+/// The memory key's mark of a request for every frame (``ImageRequest/Options/decodeAllFrames``).
+struct AllFramesIdentity: Hashable, Sendable {}
+
 struct RequestCacheKeys: Sendable {
     /// The memory keys of a request's processor prefixes: `keys[i]` is the image with the
     /// first `i` processors applied, the last one the final image. The final key is stored
@@ -68,7 +71,8 @@ struct RequestCacheKeys: Sendable {
             self.memory = MemoryKeys()
         }
         diskOriginal = disk ? DataCache.key(imageID: imageID, credentialFingerprint: fingerprint) : nil
-        if !disk || (request.processors.isEmpty && request.thumbnail == nil) {
+        if !disk || (request.processors.isEmpty && request.thumbnail == nil) || request.options.contains(.decodeAllFrames) {
+            // An animation is not stored encoded: the disk's processed entries are still images.
             diskProcessed = nil
         } else {
             let identifiers = request.processors.map(\.identifier).joined(separator: ",")
@@ -96,9 +100,11 @@ struct RequestCacheKeys: Sendable {
     }
 
     private static func memoryKey(_ request: ImageRequest, imageID: String, imageIDHash: Int, fingerprint: String?, processorCount: Int) -> ImageCacheKey {
-        let processors: [any Hashable & Sendable] = processorCount == 0
+        var processors: [any Hashable & Sendable] = processorCount == 0
             ? []
             : [ProcessorChainIdentity(identities: request.processors.prefix(processorCount).map(\.hashableIdentifier))]
+        // Every frame is another image than the first frame alone: its own entry.
+        if request.options.contains(.decodeAllFrames) { processors.insert(AllFramesIdentity(), at: 0) }
         return ImageCacheKey(imageID: imageID, imageIDHash: imageIDHash, credentialFingerprint: fingerprint, decodeSize: request.thumbnail,
                              processors: processors)
     }

@@ -241,7 +241,8 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
     /// ``ImageDecoders/Default`` (a custom decoder decides its own output: it always runs).
     /// Runs user code (the memory cache): call it without the lock.
     func derivationSource(for request: ImageRequest) -> ImageContainer? {
-        guard request.thumbnail != nil else { return nil }
+        // An animation needs every frame, which no still image in memory has.
+        guard request.thumbnail != nil, !request.options.contains(.decodeAllFrames) else { return nil }
         if let hint = request.derivationSource { return isResamplable(hint) ? hint : nil }
         return resamplableFullSizeImage(for: request)
     }

@@ -180,7 +180,13 @@ final class ProcessTask: ImageStageTask, @unchecked Sendable { // state guarded 
             graph.metricsStore.withLock { $0.processorApplications += 1 }
             do {
                 var output = input
-                output.container.image = try processor.process(input.container.image)
+                if let frames = input.container.frames {
+                    let processed = try frames.map { AnimationFrame(bitmap: try processor.process($0.bitmap), duration: $0.duration) }
+                    output.container.frames = processed
+                    output.container.image = processed[0].bitmap
+                } else {
+                    output.container.image = try processor.process(input.container.image)
+                }
                 output.container.data = nil
                 deliver(output)
             } catch {

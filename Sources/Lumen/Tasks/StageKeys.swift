@@ -157,13 +157,16 @@ struct FetchKey: Hashable, Sendable, CustomStringConvertible {
 struct DecodeKey: Hashable, Sendable, CustomStringConvertible {
     var fetch: FetchKey
     var size: DecodeSize?
+    /// ``ImageRequest/Options/decodeAllFrames``: every frame, not the first.
+    var allFrames: Bool
 
     init(_ request: ImageRequest) {
         fetch = FetchKey(request)
         size = request.thumbnail
+        allFrames = request.options.contains(.decodeAllFrames)
     }
 
-    var description: String { "\(fetch) size=\(size.map { "\($0)" } ?? "original")" }
+    var description: String { "\(fetch) size=\(size.map { "\($0)" } ?? "original")" + (allFrames ? " frames=all" : "") }
 }
 
 /// The key of a processing stage ("load image"): the decode key (fetch key + decode size) and a

@@ -66,6 +66,10 @@ public final class FetchImage {
     /// The response whose image ``phase`` shows: the request at the size decoded, the cache
     /// type, the URL response. `nil` unless the phase is `.success`.
     public private(set) var response: ImageResponse?
+    /// The frames of the animation ``phase`` shows, when its request asked for every frame
+    /// (``ImageRequest/Options/decodeAllFrames``) and the image has more than one; `nil`
+    /// otherwise (a still image: the phase's image is all there is).
+    public var frames: [AnimationFrame]? { response?.container.frames }
     /// Whether a fetch or a decode is running for the model.
     public private(set) var isLoading = false
     /// The request being shown, `nil` when none.

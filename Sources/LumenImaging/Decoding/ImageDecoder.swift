@@ -60,6 +60,12 @@ public struct AnimationFrame: Sendable {
     public var bitmap: Bitmap
     /// How long the frame is shown, in seconds.
     public var duration: Double
+
+    /// Creates a frame; each parameter sets the property of the same name.
+    public init(bitmap: Bitmap, duration: Double) {
+        self.bitmap = bitmap
+        self.duration = duration
+    }
 }
 
 /// Decodes JPEG, PNG, WebP, GIF (and HEIC/AVIF when built with libheif) into upright,

@@ -64,3 +64,20 @@ extension EncodingFormat {
         throw .encodingFailed(reason: "\(name) quality must be \(range.lowerBound)–\(range.upperBound), got \(quality)")
     }
 }
+
+extension Array where Element == AnimationFrame {
+    /// These frames as one animation: an animated WebP (`.webp`, lossy at `quality` 0–100 or
+    /// lossless), each frame shown for its duration (rounded to milliseconds), looping forever.
+    /// A GIF's frames from ``ImageDecoder/decodeFrames(_:options:)`` become an animated WebP
+    /// this way. Every frame must have the first one's size.
+    /// - Throws: ``ImagingError/encodingFailed(reason:)`` for another format than WebP (only
+    ///   WebP holds an animation here: encode one frame's bitmap instead) or a quality out of
+    ///   range; ``ImagingError/invalidArgument(reason:)`` for no frames or frames of different sizes.
+    public func encode(as format: EncodingFormat) throws(ImagingError) -> Data {
+        try format.checkQuality()
+        guard case .webp(let quality, let lossless) = format else {
+            throw .encodingFailed(reason: "only WebP holds an animation; encode one frame's bitmap as \(format)")
+        }
+        return try WebPCodec.encodeAnimation(map { ($0.bitmap, $0.duration) }, quality: quality, lossless: lossless)
+    }
+}
