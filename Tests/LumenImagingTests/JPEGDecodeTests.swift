@@ -57,15 +57,16 @@ struct JPEGDecodeTests {
         #expect(progressive ? markers.scanCount > 2 : markers.scanCount == 1)
     }
 
-    @Test func rgbaInputDropsAlphaAndQualityIsClamped() throws {
+    @Test func rgbaInputDropsAlphaAndQualityOutOfRangeIsAnError() throws {
         let rgb = CorpusJPEG.photoLike(width: 40, height: 30)
         let rgba = rgb.converted(to: .rgba8)
         let fromRGBA = try ImageDecoder.decode(rgba.encode(as: .jpeg(quality: 90))).bitmap
         #expect(fromRGBA.format == .rgb8)
         #expect(CorpusJPEG.meanAbsoluteDifference(fromRGBA, rgb) < Self.roundTripTolerance)
-        // Out-of-range qualities behave as the nearest valid one.
-        #expect(try rgb.encode(as: .jpeg(quality: 500)) == rgb.encode(as: .jpeg(quality: 100)))
-        #expect(try rgb.encode(as: .jpeg(quality: -3)) == rgb.encode(as: .jpeg(quality: 1)))
+        // Out-of-range qualities are refused (issue 23: an error, not a silent clamp).
+        #expect(throws: ImagingError.self) { try rgb.encode(as: .jpeg(quality: 500)) }
+        #expect(throws: ImagingError.self) { try rgb.encode(as: .jpeg(quality: -3)) }
+        #expect(try rgb.encode(as: .jpeg(quality: 100)) != rgb.encode(as: .jpeg(quality: 1)))
     }
 
     @Test func tooManyProgressiveScansAreRefused() throws {
