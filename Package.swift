@@ -9,7 +9,7 @@ import Foundation
 let heifEnabled = ProcessInfo.processInfo.environment["LUMEN_HEIF"] == "1"
 
 var imagingDependencies: [Target.Dependency] = [
-    "CTurboJPEG", "CSpng", "CWebP", "CGif", "CLcms2", "CLumenShim",
+    "CTurboJPEG", "CSpng", "CWebP", "CGif", "CLcms2", "CLumenShim", "LumenConcurrency",
 ]
 var imagingSettings: [SwiftSetting] = []
 var extraTargets: [Target] = []
@@ -55,12 +55,15 @@ let package = Package(
         // A TLS front for the loopback test server, for the loaders' https tests (Lumen's own
         // tests only, Linux): OpenSSL's libssl from `libssl-dev`.
         .target(name: "CLumenTLSProxy", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
+        // Concurrency helpers every module shares (`package` access, in no product): the lock
+        // ThreadSanitizer builds use in place of `Synchronization.Mutex`.
+        .target(name: "LumenConcurrency"),
         // The Linux imaging engine: the only Swift target that imports the C libraries.
         .target(name: "LumenImaging", dependencies: imagingDependencies, swiftSettings: imagingSettings),
         // The pipeline: work graph, caches, loading, prefetching.
         // `CurlDataLoader` (libcurl) is built on Linux only, so the package resolves elsewhere.
         .target(name: "Lumen", dependencies: [
-            "LumenImaging", "CCrypto",
+            "LumenImaging", "CCrypto", "LumenConcurrency",
             .target(name: "CCurl", condition: .when(platforms: [.linux])),
             .target(name: "CLumenCurl", condition: .when(platforms: [.linux])),
         ]),
@@ -68,18 +71,18 @@ let package = Package(
         .target(name: "CLumenHTTPD", dependencies: ["CMicroHTTPD"]),
         // `lumen serve` as a library: signed image URLs over one shared pipeline, served
         // through libmicrohttpd behind a small internal protocol.
-        .target(name: "LumenServer", dependencies: ["Lumen", "CCrypto", "CMicroHTTPD", "CLumenHTTPD", "CHiredis"]),
+        .target(name: "LumenServer", dependencies: ["Lumen", "CCrypto", "CMicroHTTPD", "CLumenHTTPD", "CHiredis", "LumenConcurrency"]),
         // Test doubles shipped for Lumen's users: fake data loader, loopback HTTP server.
-        .target(name: "LumenTestSupport", dependencies: ["Lumen"]),
+        .target(name: "LumenTestSupport", dependencies: ["Lumen", "LumenConcurrency"]),
         // The command-line tool: demo, thumbnail, bench. A thin client of the public API.
-        .executableTarget(name: "lumen", dependencies: ["Lumen", "LumenServer", "LumenTestSupport", "CLumenShim"]),
+        .executableTarget(name: "lumen", dependencies: ["Lumen", "LumenServer", "LumenTestSupport", "CLumenShim", "LumenConcurrency"]),
         // A second process for the disk cache's cross-process tests.
-        .executableTarget(name: "lumen-cache-probe", dependencies: ["Lumen", "LumenTestSupport"]),
-        .testTarget(name: "LumenImagingTests", dependencies: ["LumenImaging"], swiftSettings: imagingSettings),
+        .executableTarget(name: "lumen-cache-probe", dependencies: ["Lumen", "LumenTestSupport", "LumenConcurrency"]),
+        .testTarget(name: "LumenImagingTests", dependencies: ["LumenImaging", "LumenConcurrency"], swiftSettings: imagingSettings),
         .testTarget(name: "LumenTests", dependencies: [
-            "Lumen", "LumenTestSupport", "lumen-cache-probe", "lumen",
+            "Lumen", "LumenTestSupport", "lumen-cache-probe", "lumen", "LumenConcurrency",
             .target(name: "CLumenTLSProxy", condition: .when(platforms: [.linux])),
         ]),
-        .testTarget(name: "LumenServerTests", dependencies: ["LumenServer", "Lumen", "LumenTestSupport", "lumen"]),
+        .testTarget(name: "LumenServerTests", dependencies: ["LumenServer", "Lumen", "LumenTestSupport", "lumen", "LumenConcurrency"]),
     ] + extraTargets
 )

@@ -23,9 +23,9 @@
 # Why -DLUMEN_TSAN_MUTEX under TSan: on Linux `Synchronization.Mutex` locks with raw futexes,
 # which TSan does not intercept. TSan then sees no ordering between two critical sections of one
 # lock and reports every access inside `withLock` as a race, which buries the real ones. With
-# the flag, each module that uses `Mutex` compiles its `SanitizerMutex.swift`: a module-internal
-# `Mutex` backed by `pthread_mutex_t` (which TSan intercepts) that shadows
-# `Synchronization.Mutex`. Without the flag those files are empty. `NSLock`, `NSCondition`,
+# the flag, each module that uses `Mutex` compiles its `TSanMutex.swift`: a module-internal
+# alias `Mutex` for LumenConcurrency's `PThreadMutex`, backed by `pthread_mutex_t` (which TSan
+# intercepts), that shadows `Synchronization.Mutex`. Without the flag those files are empty. `NSLock`, `NSCondition`,
 # `DispatchQueue` and `Atomic` are visible to TSan anyway, and so are most of Swift
 # concurrency's hand-offs (the runtime tells TSan when a job is queued and run).
 #
@@ -63,17 +63,17 @@ case "$mode" in
     thread)
         SCRATCH=.build-thread
         FLAGS=(--sanitize=thread --scratch-path "$SCRATCH" -Xswiftc -DLUMEN_TSAN_MUTEX)
-        # Every module that uses `Mutex` must hold a copy of SanitizerMutex.swift, and the
-        # copies must match: a module without one would still use the futex lock, and TSan
-        # would flood again.
-        reference=Sources/Lumen/Internal/SanitizerMutex.swift
+        # Every module that uses `Mutex` must hold TSanMutex.swift (the alias to
+        # LumenConcurrency's pthread lock), the same in each: a module without it would still use
+        # the futex lock, and TSan would flood again.
+        reference=Sources/Lumen/Internal/TSanMutex.swift
         status=0
         for module in Sources/*/ Tests/*/; do
-            users=$(grep -rlE '\bMutex *[<(]' --include='*.swift' "$module" | grep -v '/SanitizerMutex\.swift$' || true)
+            users=$(grep -rlE '\bMutex *[<(]' --include='*.swift' "$module" | grep -v '/TSanMutex\.swift$' || true)
             [ -z "$users" ] && continue
-            copy=$(find "$module" -name SanitizerMutex.swift | head -n 1)
+            copy=$(find "$module" -name TSanMutex.swift | head -n 1)
             if [ -z "$copy" ]; then
-                echo "check-sanitizers: $module uses Mutex but has no SanitizerMutex.swift (copy $reference)" >&2
+                echo "check-sanitizers: $module uses Mutex but has no TSanMutex.swift (copy $reference)" >&2
                 status=1
             elif ! cmp -s "$copy" "$reference"; then
                 echo "check-sanitizers: $copy differs from $reference" >&2

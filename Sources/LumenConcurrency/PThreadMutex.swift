@@ -1,17 +1,13 @@
-// ThreadSanitizer builds only: a `Mutex` that TSan can see.
+// Lumen's concurrency helpers, shared by every module of the package (`package` access: not
+// part of any product's public API).
 //
-// On Linux, `Synchronization.Mutex` locks with raw futex system calls, which ThreadSanitizer
-// does not intercept. TSan then sees no ordering between two critical sections of the same
-// lock and reports every access inside `withLock` as a race, burying the real ones. Built
-// with `-Xswiftc -DLUMEN_TSAN_MUTEX` (see `scripts/tsan.sh`), this module declares its own
-// `Mutex` backed by `pthread_mutex_t`, which TSan intercepts. A type declared in the module
-// shadows the imported `Synchronization.Mutex` for every unqualified use, so no other file
-// changes. Without the flag this file is empty and every build uses `Synchronization.Mutex`.
-//
-// Each module that uses `Mutex` holds an identical copy of this file (the type is internal,
-// so that it never clashes with another module's); `scripts/tsan.sh` checks they match.
+// `PThreadMutex`: a `Mutex` that ThreadSanitizer can see. On Linux, `Synchronization.Mutex`
+// locks with raw futex system calls, which TSan does not intercept; it then sees no ordering
+// between two critical sections of one lock and reports every access inside `withLock` as a
+// race, burying the real ones. Under `-Xswiftc -DLUMEN_TSAN_MUTEX` (scripts/check-sanitizers.sh
+// thread) each module's `TSanMutex.swift` makes its unqualified `Mutex` this type; in every
+// other build `Mutex` is `Synchronization.Mutex` and this type is unused.
 
-#if LUMEN_TSAN_MUTEX
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -20,8 +16,8 @@ import Musl
 import Darwin
 #endif
 
-/// A lock around a value, with the part of `Synchronization.Mutex`'s API that this module
-/// uses, backed by a `pthread_mutex_t` so that ThreadSanitizer sees every lock and unlock.
+/// A lock around a value, with the part of `Synchronization.Mutex`'s API that Lumen's modules
+/// use, backed by a `pthread_mutex_t` so that ThreadSanitizer sees every lock and unlock.
 ///
 /// A class rather than a noncopyable struct: a `pthread_mutex_t` must not move once it is
 /// initialised, so it lives in its own heap allocation that this object owns.
@@ -30,7 +26,7 @@ import Darwin
 /// the value is reached only under the lock; it comes in as `sending` (no other reference to
 /// it stays with the caller), and `body` gets it as `inout sending` and returns a `sending`
 /// result, so that no non-`Sendable` part of it can stay reachable once the lock is released.
-final class Mutex<Value: ~Copyable>: @unchecked Sendable { // `value` is only read or written while `lock` is held
+package final class PThreadMutex<Value: ~Copyable>: @unchecked Sendable { // `value` is only read or written while `lock` is held
     /// The lock, allocated once and never moved; destroyed in `deinit`.
     private let lock: UnsafeMutablePointer<pthread_mutex_t>
     /// The protected value. Reached only through `withLock`, under `lock`.
@@ -38,7 +34,7 @@ final class Mutex<Value: ~Copyable>: @unchecked Sendable { // `value` is only re
 
     /// Creates a lock around `initialValue`, which the caller gives up (as with
     /// `Synchronization.Mutex`, so a non-`Sendable` value cannot stay reachable outside).
-    init(_ initialValue: consuming sending Value) {
+    package init(_ initialValue: consuming sending Value) {
         lock = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
         lock.initialize(to: pthread_mutex_t())
         let status = pthread_mutex_init(lock, nil)
@@ -54,7 +50,7 @@ final class Mutex<Value: ~Copyable>: @unchecked Sendable { // `value` is only re
 
     /// Runs `body` with the value while holding the lock, and returns what it returns.
     /// The lock is not recursive: calling `withLock` on the same mutex from `body` deadlocks.
-    func withLock<Result: ~Copyable, Failure: Error>(
+    package func withLock<Result: ~Copyable, Failure: Error>(
         _ body: (inout sending Value) throws(Failure) -> sending Result
     ) throws(Failure) -> sending Result {
         pthread_mutex_lock(lock)
@@ -62,4 +58,3 @@ final class Mutex<Value: ~Copyable>: @unchecked Sendable { // `value` is only re
         return try body(&value)
     }
 }
-#endif
