@@ -1,5 +1,5 @@
 import Foundation
-import Lumen
+@_spi(Testing) import Lumen
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif

@@ -2,7 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import Lumen
+@_spi(Testing) import Lumen
 import Synchronization
 
 /// Counters a loader keeps for the feed report: decodes and the pixels they produced.

@@ -1,5 +1,5 @@
 import Foundation
-import Lumen
+@_spi(Testing) import Lumen
 import LumenTestSupport
 
 /// The four production risks of the demo, each a short scenario against the loopback server

@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import Lumen
+@_spi(Testing) @testable import Lumen
 import LumenTestSupport
 
 // Contract tests for the disk and memory layers, written by an independent review from the

@@ -3,7 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import Testing
-import Lumen
+@_spi(Testing) import Lumen
 import LumenTestSupport
 
 /// `ImagePipeline.dataTask(with:)`: byte loads with a handle (priority, progress, cancel), and

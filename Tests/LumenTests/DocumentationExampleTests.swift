@@ -2,7 +2,7 @@ import Foundation
 import Observation
 import Synchronization
 import Testing
-import Lumen
+@_spi(Testing) import Lumen
 import LumenTestSupport
 #if canImport(FoundationNetworking)
 import FoundationNetworking

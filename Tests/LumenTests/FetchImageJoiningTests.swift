@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import Lumen
+@_spi(Testing) @testable import Lumen
 import LumenTestSupport
 
 /// ``FetchImage`` beside work the pipeline already runs for the same image — a prefetch whose

@@ -4,7 +4,7 @@ import FoundationNetworking
 #endif
 import Synchronization
 import Testing
-import Lumen
+@_spi(Testing) import Lumen
 import LumenTestSupport
 
 // Contract tests for the work graph, written from issue 3, DESIGN §1–2 and

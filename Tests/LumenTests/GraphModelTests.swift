@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
-@testable import Lumen
+@_spi(Testing) @testable import Lumen
 import LumenTestSupport
 #if canImport(FoundationNetworking)
 import FoundationNetworking

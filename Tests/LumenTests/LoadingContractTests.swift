@@ -4,7 +4,7 @@ import FoundationNetworking
 #endif
 import Synchronization
 import Testing
-import Lumen
+@_spi(Testing) import Lumen
 import LumenTestSupport
 
 // Contract tests for data loading through the pipeline (issue 3 "Data loading", DESIGN §1–2),

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 import Synchronization
-import Lumen
+@_spi(Testing) import Lumen
 import LumenTestSupport
 
 /// What each data-cache policy writes, and what a disk hit reads.

@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
-import Lumen
+@_spi(Testing) import Lumen
 import LumenTestSupport
 
 /// A running decode stops part-way when its last subscriber leaves (the decoder sees

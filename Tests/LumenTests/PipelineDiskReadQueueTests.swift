@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import Lumen
+@_spi(Testing) import Lumen
 import LumenTestSupport
 
 /// Disk reads run on the disk/decoding side: a disk hit never waits behind downloads, however

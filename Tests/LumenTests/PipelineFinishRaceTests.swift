@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
-import Lumen
+@_spi(Testing) import Lumen
 import LumenTestSupport
 
 /// A request that looks in the memory cache just before a stage stores its image there, and

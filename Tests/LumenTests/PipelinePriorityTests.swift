@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import Lumen
+@_spi(Testing) import Lumen
 import LumenTestSupport
 
 @Suite(.timeLimit(.minutes(1)))

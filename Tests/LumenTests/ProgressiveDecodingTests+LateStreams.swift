@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import Lumen
+@_spi(Testing) @testable import Lumen
 import LumenTestSupport
 
 /// A stream opened a moment after its task started, once a preview was already decoded for

@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import Lumen
+@_spi(Testing) @testable import Lumen
 import LumenTestSupport
 
 /// Progressive previews: a progressive JPEG that arrives chunk by chunk (the mock loader holds

@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
-import Lumen
+@_spi(Testing) import Lumen
 import LumenTestSupport
 #if canImport(FoundationNetworking)
 import FoundationNetworking

@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import Lumen
+@_spi(Testing) @testable import Lumen
 import LumenTestSupport
 
 /// ``SharedTask`` keeps subscribers in reusable slots, and requests without processors join a

@@ -208,6 +208,9 @@ struct DiskStore: Sendable {
         throw IOError("unlink \(path(name))", code: code)
     }
 
+    /// Where `d_name` starts in a `dirent`.
+    private static let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
+
     /// The names in the directory (empty when it is missing).
     func names() throws -> [String] {
         guard let dir = opendir(directory) else {
@@ -217,9 +220,10 @@ struct DiskStore: Sendable {
         defer { closedir(dir) }
         var names: [String] = []
         while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
-            }
+            // The name is read where it lies. `entry.pointee.d_name` would copy the whole
+            // `dirent`, but readdir's records are only `d_reclen` long: the copy read past the
+            // end of libc's buffer for the last entry in it (AddressSanitizer, heap-buffer-overflow).
+            let name = String(cString: UnsafeRawPointer(entry).advanced(by: Self.nameOffset).assumingMemoryBound(to: CChar.self))
             if name != "." && name != ".." { names.append(name) }
         }
         return names

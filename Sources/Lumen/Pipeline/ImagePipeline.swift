@@ -216,6 +216,9 @@ extension ImagePipeline {
     /// wait for the graph to reach a state — N subscribers joined, no live tasks — without
     /// sleeping. `condition` runs with no pipeline lock held (it may use the pipeline), on
     /// some thread that updated the metrics. Cancelling the calling task makes it return.
+    ///
+    /// A test hook, behind the `Testing` SPI: `@_spi(Testing) import Lumen`.
+    @_spi(Testing)
     public func waitForMetrics(until condition: @escaping @Sendable (Metrics) -> Bool) async {
         await graph.metricsStore.wait(until: condition)
     }

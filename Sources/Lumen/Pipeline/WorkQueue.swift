@@ -246,7 +246,9 @@ public final class WorkQueue: Sendable {
         }
     }
 
-    /// The priorities of the pending items in the order they would start.
+    /// The priorities of the pending items in the order they would start. A test hook, behind
+    /// the `Testing` SPI: `@_spi(Testing) import Lumen`.
+    @_spi(Testing)
     public var pendingPriorities: [ImageRequest.Priority] {
         state.withLock { state in
             var result: [ImageRequest.Priority] = []

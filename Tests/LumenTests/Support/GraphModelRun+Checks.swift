@@ -1,5 +1,5 @@
 import Foundation
-@testable import Lumen
+@_spi(Testing) @testable import Lumen
 
 // How a run of the model-based test of the work graph waits for the pipeline to settle and
 // compares it with the model (see GraphModelRun.swift).

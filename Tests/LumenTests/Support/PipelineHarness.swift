@@ -1,6 +1,6 @@
 import Foundation
 import Synchronization
-@testable import Lumen
+@_spi(Testing) @testable import Lumen
 import LumenTestSupport
 
 /// A pipeline wired to a mock loader, a trivial decoder and an event recorder.

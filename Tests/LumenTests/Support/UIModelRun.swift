@@ -2,7 +2,7 @@ import Foundation
 import Observation
 import Synchronization
 import Testing
-@testable import Lumen
+@_spi(Testing) @testable import Lumen
 import LumenTestSupport
 
 /// One seed's program, its world and its oracle.
