@@ -15,6 +15,11 @@ public struct ImageContainer: Sendable {
     /// asked for them (``ImageRequest/Options/decodeAllFrames``) and the image has more than
     /// one; ``image`` is then the first. `nil` for a still image.
     public var frames: [AnimationFrame]?
+    /// How many frames the source has, when the default decoder found more than one in a GIF
+    /// or WebP it decoded as a still image (its first frame): a caller that wants the
+    /// animation (the server, for WebP output) can then ask again with
+    /// ``ImageRequest/Options/decodeAllFrames``. `nil` otherwise.
+    package var sourceFrameCount: Int?
 
     /// Creates a container; each parameter sets the property of the same name. By default the
     /// image is final, of unknown format, without its encoded data or frames.

@@ -70,6 +70,36 @@ struct ServeContractTests {
         #expect(try TestImages.decode(fromPNG.body).width == 45)
     }
 
+    /// An animated GIF asked for as WebP is served as an animated WebP of its frames at the
+    /// asked size; as JPEG or PNG, its first frame; a still GIF as WebP stays a still WebP.
+    @Test func anAnimatedGIFServedAsWebPStaysAnimated() async throws {
+        let f = try ServerFixture()
+        let corpus = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("shared/corpus/real-world")
+        let gif = try Data(contentsOf: corpus.appendingPathComponent("chi.gif")) // 320×240, 31 frames of 0.1 s
+        f.origin.serve(path: "/chi.gif", data: gif, contentType: "image/gif")
+        let webp = try await f.get(f.path("w:80,f:webp", "/chi.gif"))
+        #expect(webp.status == 200 && webp.header("Content-Type") == "image/webp")
+        let info = try ImageDecoder.info(for: webp.body)
+        #expect(info.format == .webp && info.frameCount > 1 && info.width == 80 && info.height == 60)
+        let frames = try ImageDecoder.decodeFrames(webp.body)
+        #expect(abs(frames.reduce(0) { $0 + $1.duration } - 3.1) < 0.01) // the GIF's whole timeline
+        #expect(f.server.metrics.animatedResults == 1)
+        let jpeg = try await f.get(f.path("w:80,f:jpeg", "/chi.gif"))
+        let jpegInfo = try ImageDecoder.info(for: jpeg.body)
+        #expect(jpeg.header("Content-Type") == "image/jpeg" && jpegInfo.frameCount == 1)
+        let png = try await f.get(f.path("w:80", "/chi.gif")) // no f: a GIF has no encoder, so PNG or JPEG
+        let pngInfo = try ImageDecoder.info(for: png.body)
+        #expect(pngInfo.frameCount == 1)
+        #expect(f.server.metrics.animatedResults == 1)
+        // A still GIF as WebP is one frame.
+        f.origin.serve(path: "/still.gif", data: try Data(contentsOf: corpus.appendingPathComponent("hopper.gif")), contentType: "image/gif")
+        let still = try await f.get(f.path("w:64,f:webp", "/still.gif"))
+        let stillInfo = try ImageDecoder.info(for: still.body)
+        #expect(still.status == 200 && stillInfo.frameCount == 1)
+        #expect(f.server.metrics.animatedResults == 1)
+    }
+
     @Test func autoFormatFollowsAcceptAndVaries() async throws {
         let f = try ServerFixture()
         f.serveJPEG("/p.jpg")

@@ -72,7 +72,12 @@ public enum ImageDecoders {
             }
             let decoded = try ImageDecoder.decode(data, options: context.options)
             if decoded.isPartial { throw ImagingError.truncated }
-            return ImageContainer(image: decoded.bitmap, isPreview: false, format: decoded.statistics.format)
+            var container = ImageContainer(image: decoded.bitmap, isPreview: false, format: decoded.statistics.format)
+            if decoded.statistics.format == .gif || decoded.statistics.format == .webp,
+               let frames = try? ImageDecoder.info(for: data).frameCount, frames > 1 {
+                container.sourceFrameCount = frames
+            }
+            return container
         }
 
         /// The partial decode of a truncated progressive JPEG: every scan that arrived, as a

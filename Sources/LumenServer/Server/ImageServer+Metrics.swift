@@ -20,6 +20,8 @@ extension ImageServer {
         public var encodes = 0
         public var encodeJoins = 0
         public var encodeSeconds: Double = 0
+        /// Results encoded as animated WebP from every frame of an animated GIF or WebP source.
+        public var animatedResults = 0
         /// Decodes run and their time (the pipeline's decoder, timed).
         public var decodes = 0
         public var decodeSeconds: Double = 0
@@ -108,6 +110,8 @@ extension ImageServer {
             sample("lumen_queue_rejections_total", "", queueRejections)
             family("lumen_decodes_total", "counter", "Images decoded.")
             sample("lumen_decodes_total", "", decodes)
+            family("lumen_animated_results_total", "counter", "Results encoded as animated WebP from every frame of an animated source.")
+            sample("lumen_animated_results_total", "", animatedResults)
             family("lumen_decode_seconds_total", "counter", "Time spent decoding.")
             sample("lumen_decode_seconds_total", "", decodeSeconds)
             family("lumen_encodes_total", "counter", "Results encoded.")
@@ -165,7 +169,8 @@ extension ImageServer.Metrics: CustomStringConvertible {
                    + String(format: "%.3f s in all, %.3f ms mean", latencySum, mean * 1000))
             + line("requests", "\(inFlight) in flight, \(queued) queued, \(queueRejections) refused with 429 (queue full)")
             + line("results", "\(resultMemoryHits) from memory, \(resultDiskHits) from disk, \(encodes) encodes "
-                   + String(format: "(%.3f s), ", encodeSeconds) + "\(encodeJoins) joined a running encode")
+                   + String(format: "(%.3f s), ", encodeSeconds) + "\(encodeJoins) joined a running encode, "
+                   + "\(animatedResults) animated")
             + line("sources", "\(originFetches) origin fetches, \(decodes) decodes" + String(format: " (%.3f s)", decodeSeconds))
             + line("redis", "\(redis.isUp ? "up" : "down or off"), hits \(kinds(redis.hits)), misses \(kinds(redis.misses)), "
                    + "\(redis.damaged) damaged, \(redis.stores) stores, \(redis.errors) errors, \(redis.lockWaits) lock waits, "

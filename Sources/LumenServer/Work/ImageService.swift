@@ -170,13 +170,24 @@ final class ImageService: HTTPHandling {
         let request = ImageRequest(
             urlRequest: URLRequest(url: job.source.url, timeoutInterval: configuration.sourceTimeout),
             processors: RequestPlan.processors(for: job.options), thumbnail: RequestPlan.thumbnail(for: job.options))
-        let response = try await pipeline.image(for: request)
+        var response = try await pipeline.image(for: request)
         let (format, contentType) = job.output.resolve(sourceFormat: response.container.format, hasAlpha: response.image.format.hasAlpha)
-        let image = response.image
+        if format == .webp, (response.container.sourceFrameCount ?? 1) > 1 {
+            // An animated GIF or WebP served as WebP stays animated: its frames are decoded
+            // (after the first frame's decode told that there are more), then encoded together.
+            var animated = request
+            animated.options.insert(.decodeAllFrames)
+            response = try await pipeline.image(for: animated)
+            metrics.state.withLock { $0.animatedResults += 1 }
+        }
+        let container = response.container
         let quality = job.options.quality
         let started = monotonicNow()
         let data = try await encodingQueue.run {
-            try RequestPlan.encode(image, as: format, quality: quality)
+            if format == .webp, let frames = container.frames, frames.count > 1 {
+                return try frames.encode(as: .webp(quality: quality ?? 80))
+            }
+            return try RequestPlan.encode(container.image, as: format, quality: quality)
         }
         let seconds = monotonicNow() - started
         metrics.state.withLock { $0.encodes += 1; $0.encodeSeconds += seconds }
