@@ -180,7 +180,9 @@ enum ServeCommand {
             return 2
         }
         configuration.accessLog = { line in printError(line) }
-        configuration.logger = { line in printError("lumen serve: \(line)") }
+        // A JSON log stays one object per line: the server formats its diagnostics itself.
+        let jsonLog = configuration.logFormat == .json
+        configuration.logger = { line in printError(jsonLog ? line : "lumen serve: \(line)") }
         let server: ImageServer
         do {
             server = try ImageServer(configuration: configuration)

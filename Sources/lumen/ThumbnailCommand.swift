@@ -340,12 +340,18 @@ enum ThumbnailCommand {
                 throw CacheDirectoryError(description: "cannot create \(path): \(posixReason(error, path: path, creatingDirectory: true))")
             }
         }
+        // The entries hold URLs, which may carry credentials: the directory and the marker are
+        // the owner's only, as the disk cache makes its own directories.
+        guard chmod(path, 0o700) == 0 else {
+            throw CacheDirectoryError(description: "cannot make \(path) private (chmod 700): \(String(cString: strerror(errno)))")
+        }
         let text = "This directory is a disk cache of `lumen thumbnail --cache`: files named by 64 hex characters in it are its entries and may be removed.\n"
         do {
             try Data(text.utf8).write(to: marker, options: .atomic)
         } catch {
             throw CacheDirectoryError(description: "cannot write \(marker.path): \(posixReason(error, path: marker.path, creatingDirectory: false))")
         }
+        _ = chmod(marker.path, 0o600)
     }
 
     /// The kinds of disk-cache failure already reported (see ``configuration(for:)``).

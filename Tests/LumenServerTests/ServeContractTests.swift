@@ -2,6 +2,7 @@ import Foundation
 import Lumen
 import LumenServer
 import LumenTestSupport
+import Synchronization
 import Testing
 
 /// The server's HTTP contract, end to end: a loopback origin, `ImageServer` on an ephemeral
@@ -98,6 +99,36 @@ struct ServeContractTests {
         let stillInfo = try ImageDecoder.info(for: still.body)
         #expect(still.status == 200 && stillInfo.frameCount == 1)
         #expect(f.server.metrics.animatedResults == 1)
+    }
+
+    /// A source's password and query never reach a log line, and with `--log-format json`
+    /// every line is a JSON object: the access log and the diagnostics alike (a stranger found
+    /// "fetch failed for GET http://user:password@…" lines in both formats).
+    @Test(arguments: [ImageServer.Configuration.LogFormat.text, .json])
+    func logLinesCarryNoSecretsAndJSONStaysJSON(format: ImageServer.Configuration.LogFormat) async throws {
+        let lines = LockedLogLines()
+        let f = try ServerFixture {
+            $0.logFormat = format
+            $0.logger = { lines.append($0) }
+            $0.accessLog = { lines.append($0) }
+        }
+        var source = URLComponents(url: f.origin.url(for: "/missing.jpg"), resolvingAgainstBaseURL: false)!
+        source.user = "alice"
+        source.password = "pa55word"
+        source.query = "token=t0k3n"
+        let response = try await f.get(f.signer.path(options: "w:50", source: source.string!))
+        #expect(response.status == 404)
+        let logged = lines.all
+        #expect(logged.count >= 2, "\(logged)") // the access line and the failed fetch
+        #expect(logged.contains { $0.contains("fetch failed") }, "\(logged)")
+        #expect(!logged.contains { $0.contains("decode failed") }, "\(logged)") // logged once, where it failed
+        for line in logged {
+            #expect(!line.contains("pa55word") && !line.contains("t0k3n") && !line.contains("alice"), "\(line)")
+            if format == .json {
+                let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+                #expect(object != nil, "not one JSON object: \(line)")
+            }
+        }
     }
 
     @Test func autoFormatFollowsAcceptAndVaries() async throws {
@@ -246,4 +277,10 @@ struct ServeContractTests {
         #expect(try await f.get(f.path("w:30", source: "local:///missing.jpg")).status == 404)
         #expect(try await f.get(f.path("w:30", source: "file://" + root.appendingPathComponent("a.jpg").path)).status == 403)
     }
+}
+
+final class LockedLogLines: Sendable {
+    private let lines = Mutex<[String]>([])
+    func append(_ line: String) { lines.withLock { $0.append(line) } }
+    var all: [String] { lines.withLock { $0 } }
 }

@@ -141,6 +141,10 @@ extension CLIContractTests {
                 #expect(!run.standardError.contains("cache"), "\(run.standardError)")
             }
             #expect(Self.names(in: fresh) == [".lumen-cache"])
+            // The directory it made and its marker are the owner's only (entries hold URLs).
+            let mode = { (url: URL) in ((try? FileManager.default.attributesOfItem(atPath: url.path))?[.posixPermissions] as? Int) ?? -1 }
+            #expect(mode(fresh) == 0o700, "\(String(mode(fresh), radix: 8))")
+            #expect(mode(fresh.appendingPathComponent(".lumen-cache")) == 0o600)
         }
 
         /// `lumen demo --quick` never prints a goal as MISSED and then "every claim checked

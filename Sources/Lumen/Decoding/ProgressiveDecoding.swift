@@ -160,7 +160,7 @@ extension DecodeTask {
                 return ImageResult(container: container, urlResponse: partial.urlResponse, cacheType: nil)
             } catch {
                 // Only a missed preview: the download goes on and the final decode decides.
-                if let logger = configuration.logger { logger("preview decode failed for \(key): \(error)") }
+                if let logger = configuration.logger { logger(LogRedaction.scrub("preview decode failed for \(key): \(error)")) }
                 return nil
             }
         }

@@ -238,9 +238,23 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
         dispose()
         graph.count(stage) { $0.failed += 1 }
         graph.emit(.failed(stage, key: keyDescription, error))
-        let stage = stage, key = keyDescription
-        graph.log { "\(stage) failed for \(key): \(error)" }
+        // Logged once, by the stage where it happened: a decode or processing stage only passes
+        // its input's failure (a fetch's, say) on.
+        if Self.isOwnFailure(error, at: stage) {
+            let stage = stage, key = keyDescription
+            graph.log { "\(stage) failed for \(key): \(error)" }
+        }
         current.forEach { $0.handler?(.failure(error)) }
+    }
+
+    /// Whether `error` happened at `stage` rather than below it: a fetch's every failure, a
+    /// decode's decoding failures, a processing stage's processor failures.
+    static func isOwnFailure(_ error: ImagePipeline.Error, at stage: ImagePipeline.Stage) -> Bool {
+        switch stage {
+        case .fetch: true
+        case .decode: error.code == .decodingFailed
+        case .process: error.code == .processingFailed
+        }
     }
 
     /// The last subscriber left: stop the operation, release the dependency.

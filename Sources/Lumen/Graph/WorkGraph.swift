@@ -135,11 +135,12 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         afterUnlock { handler(event) }
     }
 
-    /// Sends a diagnostic message to the logger. Must hold the lock; `message` is built after
-    /// unlocking (it may describe user errors), so it must capture values, not graph state.
+    /// Sends a diagnostic message to the logger, without the secrets URLs in it may carry
+    /// (``LogRedaction``). Must hold the lock; `message` is built after unlocking (it may
+    /// describe user errors), so it must capture values, not graph state.
     func log(_ message: @escaping () -> String) {
         guard let logger = configuration.logger else { return }
-        afterUnlock { logger(message()) }
+        afterUnlock { logger(LogRedaction.scrub(message())) }
     }
 
     /// Changes `stage`'s counters; published when the critical section ends. Must hold the

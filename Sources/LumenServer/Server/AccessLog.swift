@@ -1,4 +1,5 @@
 import Foundation
+import Lumen
 
 /// One access-log line per request. The source URL is logged without its user part (which
 /// may hold credentials), the signature segment is not logged at all, and nothing a client
@@ -21,6 +22,14 @@ enum AccessLog {
             let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
             return String(decoding: data, as: UTF8.self)
         }
+    }
+
+    /// A diagnostic message (Redis state, cache problems, a failed stage) as one JSON object,
+    /// for `--log-format json`: `{"message": …, "time": …}`, secrets in URLs removed.
+    static func diagnostic(_ message: String) -> String {
+        let object: [String: Any] = ["time": timestamp(), "message": LogRedaction.scrub(message)]
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
+        return String(decoding: data, as: UTF8.self)
     }
 
     /// The options segment and the redacted source of an image path, or what the path is.

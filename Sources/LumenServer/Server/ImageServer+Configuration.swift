@@ -71,7 +71,9 @@ extension ImageServer {
         public var accessLog: (@Sendable (String) -> Void)?
         /// The access log's form. Default `.text`.
         public var logFormat: LogFormat = .text
-        /// Receives one line per notable event (Redis state, cache problems); `nil` for none.
+        /// Receives one line per notable event (Redis state, cache problems, a stage that
+        /// failed), without the user part or query of any URL in it; with ``logFormat`` `.json`,
+        /// each line is a JSON object (`message`, `time`). `nil` for none.
         public var logger: (@Sendable (String) -> Void)?
         /// The origin loader; `nil` builds a `CurlDataLoader` with the source timeout, five
         /// redirects and the connection policy. Tests give their own.

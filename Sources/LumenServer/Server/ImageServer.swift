@@ -49,6 +49,11 @@ public final class ImageServer: Sendable {
         guard configuration.redisTTL > 0, configuration.redisMaximumValueBytes >= 0, configuration.redisTimeout > 0 else {
             throw ServerError.invalidConfiguration("redis-ttl and redis-timeout must be positive, redis-max-value not negative")
         }
+        var configuration = configuration
+        if configuration.logFormat == .json, let logger = configuration.logger {
+            // Diagnostics in the access log's form, so that a JSON log stays one object per line.
+            configuration.logger = { message in logger(AccessLog.diagnostic(message)) }
+        }
         self.configuration = configuration
         let metrics = MetricsStore()
         var caches: [DataCache] = []
