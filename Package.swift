@@ -27,6 +27,7 @@ let package = Package(
     platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
         .library(name: "Lumen", targets: ["Lumen"]),
+        .library(name: "LumenUI", targets: ["LumenUI"]),
         .library(name: "LumenTestSupport", targets: ["LumenTestSupport"]),
         .library(name: "LumenServer", targets: ["LumenServer"]),
         .executable(name: "lumen", targets: ["lumen"]),
@@ -67,6 +68,9 @@ let package = Package(
             .target(name: "CCurl", condition: .when(platforms: [.linux])),
             .target(name: "CLumenCurl", condition: .when(platforms: [.linux])),
         ]),
+        // The UI model and view over the pipeline, apart from it as NukeUI is from Nuke:
+        // `FetchImage` (and `LumenImage` for SwiftUI on Apple platforms).
+        .target(name: "LumenUI", dependencies: ["Lumen"]),
         // Typed wrappers for libmicrohttpd's variadic calls (the server's HTTP layer).
         .target(name: "CLumenHTTPD", dependencies: ["CMicroHTTPD"]),
         // `lumen serve` as a library: signed image URLs over one shared pipeline, served
@@ -80,7 +84,7 @@ let package = Package(
         .executableTarget(name: "lumen-cache-probe", dependencies: ["Lumen", "LumenTestSupport", "LumenConcurrency"]),
         .testTarget(name: "LumenImagingTests", dependencies: ["LumenImaging", "LumenConcurrency"], swiftSettings: imagingSettings),
         .testTarget(name: "LumenTests", dependencies: [
-            "Lumen", "LumenTestSupport", "lumen-cache-probe", "lumen", "LumenConcurrency",
+            "Lumen", "LumenUI", "LumenTestSupport", "lumen-cache-probe", "lumen", "LumenConcurrency",
             .target(name: "CLumenTLSProxy", condition: .when(platforms: [.linux])),
         ]),
         .testTarget(name: "LumenServerTests", dependencies: ["LumenServer", "Lumen", "LumenTestSupport", "lumen", "LumenConcurrency"]),

@@ -117,16 +117,19 @@ public struct ImageRequest: Sendable, CustomStringConvertible {
 
     var resource: Resource { storage.resource }
     var fetchKey: FetchKey { storage.fetchKey }
+    /// The fingerprint of the request's credentials and credential scope, as every key uses it
+    /// (``CredentialRule``); `nil` without any.
+    package var credentialFingerprint: String? { storage.fetchKey.credentialFingerprint }
     /// Whether the request's data closure only returns bytes already in memory: its fetch
     /// takes no slot of the data-loading queue and counts no downloaded bytes.
-    var isInMemory: Bool {
+    package var isInMemory: Bool {
         get { storage.isInMemory }
         set { mutate { $0.isInMemory = newValue } }
     }
     /// A decoded image of the request's source, at least as large as its decode size, that a
     /// new decode stage resamples instead of fetching and decoding (see
     /// ``WorkGraph/derivationSource(for:)``).
-    var derivationSource: ImageContainer? {
+    package var derivationSource: ImageContainer? {
         get { storage.derivationSource }
         set { mutate { $0.derivationSource = newValue } }
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Lumen
+@testable import LumenUI
 import LumenTestSupport
 
 /// Animated images through the pipeline (issue 23): `.decodeAllFrames` asks for every frame,

@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import Testing
 @_spi(Testing) import Lumen
+import LumenUI
 import LumenTestSupport
 
 /// `ImagePipeline.dataTask(with:)`: byte loads with a handle (priority, progress, cancel), and

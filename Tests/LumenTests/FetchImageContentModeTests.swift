@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Lumen
+@testable import LumenUI
 import LumenTestSupport
 
 /// The decode size follows how the view shows the image: a fit covers the longest side, a fill

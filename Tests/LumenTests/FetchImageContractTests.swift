@@ -3,6 +3,7 @@ import Observation
 import Synchronization
 import Testing
 import Lumen
+import LumenUI
 import LumenTestSupport
 
 /// The UI loader model (`FetchImage`) against its contract (the feed issue and DESIGN.md §2),

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @_spi(Testing) @testable import Lumen
+@testable import LumenUI
 import LumenTestSupport
 
 /// ``FetchImage`` beside work the pipeline already runs for the same image — a prefetch whose

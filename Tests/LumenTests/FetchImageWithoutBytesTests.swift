@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Lumen
+@testable import LumenUI
 import LumenTestSupport
 
 /// ``FetchImage`` when the memory cache, not the model, has the pixels: a prefetched image is

@@ -3,6 +3,7 @@ import Observation
 import Synchronization
 import Testing
 import Lumen
+import LumenUI
 import LumenTestSupport
 
 /// A randomized, model-based test of the prefetcher and the UI loading model together,

@@ -4,13 +4,13 @@ extension ImagePipeline {
     /// The unprocessed full-size image of `request`'s source (same image ID and credentials)
     /// when the memory cache holds it and a request at a decode size may be made from it by
     /// resampling (``WorkGraph/resamplableFullSizeImage(for:)``). Counts no lookup.
-    func resamplableFullSizeImage(for request: ImageRequest) -> ImageContainer? {
+    package func resamplableFullSizeImage(for request: ImageRequest) -> ImageContainer? {
         graph.resamplableFullSizeImage(for: request)
     }
 
     /// Whether a request at a decode size can be made by resampling a larger decode of the
     /// image set as its ``ImageRequest/derivationSource`` (the default decoder).
-    var resamplesDerivationSources: Bool { graph.resamplesDerivationSources }
+    package var resamplesDerivationSources: Bool { graph.resamplesDerivationSources }
 
     /// An image task for `request` that joins work already running for its final image — a
     /// decode, or its last processing step, that it may join (a prefetch's, another
@@ -20,7 +20,7 @@ extension ImagePipeline {
     /// for a caller that holds the bytes and must not wait for another download. For
     /// ``FetchImage``, which decodes the bytes it holds itself unless someone already decodes
     /// the image at that size, and downloads them only if nobody is decoding the image.
-    func imageTaskJoiningRunningWork(for request: ImageRequest, requiringInput: Bool = false) -> ImageTask? {
+    package func imageTaskJoiningRunningWork(for request: ImageRequest, requiringInput: Bool = false) -> ImageTask? {
         let request = bucketed(request)
         let finalKey = graph.caches.hasImageCache ? RequestCacheKeys.finalMemoryKey(request) : nil
         let keys = graph.requestKeys(for: request, finalMemoryKey: finalKey)
@@ -38,7 +38,7 @@ extension ImagePipeline {
     /// Whether a request's ``ImageRequest/derivationSource`` set to `container` is honoured:
     /// the pipeline makes the decode by resampling it (default decoder, final still image)
     /// rather than by fetching and decoding.
-    func canResample(_ container: ImageContainer) -> Bool {
+    package func canResample(_ container: ImageContainer) -> Bool {
         graph.isResamplable(container)
     }
 

@@ -3,6 +3,7 @@ import Observation
 import Synchronization
 import Testing
 @_spi(Testing) @testable import Lumen
+@testable import LumenUI
 import LumenTestSupport
 
 /// One seed's program, its world and its oracle.

@@ -1,4 +1,5 @@
 import Foundation
+import Lumen
 import Observation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -344,7 +345,7 @@ public final class FetchImage {
     /// Shows the memory cache's image for `target`, if it has one and the request may read it
     /// (not with `.disableMemoryCacheReads` or `.reloadIgnoringCachedData`).
     private func showCachedImage(for target: DecodeTarget) -> Bool {
-        guard var sized = sizedRequest(target), CacheLayers.readsMemory(sized.options),
+        guard var sized = sizedRequest(target), sized.readsMemoryCache,
               let container = pipeline.cache[sized] else { return false }
         let target = learnNaturalSize(from: container.image, target: target, request: &sized)
         show(ImageResponse(container: container, request: sized, cacheType: .memory))
@@ -458,7 +459,7 @@ public final class FetchImage {
     /// URL request at that size would use.
     private func decodeRequest(for target: DecodeTarget) -> ImageRequest? {
         guard let original = request, let data = fetched?.data else { return nil }
-        let fingerprint = original.fetchKey.credentialFingerprint
+        let fingerprint = original.credentialFingerprint
         let imageID = original.imageID ?? ""
         var options = original.options.union([.disableDiskCacheReads, .disableDiskCacheWrites])
         options.remove(.returnCacheDataDontLoad)

@@ -1,3 +1,5 @@
+import Lumen
+
 /// What ``FetchImage`` decodes at: the display size's decode size (``DisplaySize/decodeSize``)
 /// capped at the image's natural size once a decode revealed it, and what a decode tells it
 /// about that natural size.

@@ -1,6 +1,7 @@
 #if canImport(SwiftUI)
 import SwiftUI
 import CoreGraphics
+import Lumen
 
 /// A SwiftUI view that loads and shows an image through an ``ImagePipeline``, with
 /// `AsyncImage`'s initializers: moving from `AsyncImage` is a rename.

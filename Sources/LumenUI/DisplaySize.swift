@@ -1,4 +1,5 @@
 import Foundation
+import Lumen
 
 /// The size an image is shown at, and the decode size it maps to.
 ///
@@ -15,7 +16,7 @@ import Foundation
 /// covering, however wide or tall the image is. See ``decodeSize``.
 public struct DisplaySize: Sendable, Hashable {
     /// The bucket that decode sizes are rounded up to, in pixels.
-    public static let bucketSize = 64
+    public static let bucketSize = SizeBuckets.size
 
     /// Width in points.
     public var width: Double
@@ -79,40 +80,8 @@ public struct DisplaySize: Sendable, Hashable {
     }
 
     /// `ceil(value)`, at least 1: a value within 1/1000 above an integer counts as that integer.
-    fileprivate static func pixels(_ value: Double) -> Int {
-        let pixels = (value - 0.001).rounded(.up)
-        return pixels >= Double(Int.max / 2) ? Int.max / 2 : max(1, Int(pixels))
-    }
+    static func pixels(_ value: Double) -> Int { SizeBuckets.pixels(value) }
 
     /// `pixels` rounded up to a multiple of ``bucketSize``, at least one bucket (0 stays 0).
-    public static func bucketed(_ pixels: Int) -> Int {
-        guard pixels > 0 else { return 0 }
-        let buckets = pixels / bucketSize + (pixels % bucketSize == 0 ? 0 : 1)
-        return buckets * bucketSize
-    }
-}
-
-extension DecodeSize {
-    /// This size rounded up to ``DisplaySize/bucketSize`` buckets by the bucket rule of
-    /// ``DisplaySize``: `.maxPixelSize(n)` becomes `.maxPixelSize(DisplaySize.bucketed(n))`; a
-    /// `.size` has its longest side bucketed and its other side scaled by the same factor
-    /// (rounded up, never past the longest), keeping its aspect ratio and content mode.
-    /// A size with a side that is not positive (or absurdly large) is returned unchanged, for
-    /// the decoder to judge. Used by ``ImagePipeline/Configuration/isDecodeSizeBucketingEnabled``.
-    var bucketed: DecodeSize {
-        let limit = Int.max / 4
-        switch self {
-        case .maxPixelSize(let pixels):
-            guard pixels > 0, pixels <= limit else { return self }
-            return .maxPixelSize(DisplaySize.bucketed(pixels))
-        case .size(let width, let height, let contentMode):
-            guard width > 0, height > 0, width <= limit, height <= limit else { return self }
-            let long = max(width, height), short = min(width, height)
-            let longest = DisplaySize.bucketed(long)
-            let other = min(longest, DisplaySize.pixels(Double(short) * Double(longest) / Double(long)))
-            return width >= height
-                ? .size(width: longest, height: other, contentMode: contentMode)
-                : .size(width: other, height: longest, contentMode: contentMode)
-        }
-    }
+    public static func bucketed(_ pixels: Int) -> Int { SizeBuckets.bucketed(pixels) }
 }

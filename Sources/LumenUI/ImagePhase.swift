@@ -1,4 +1,5 @@
 import Foundation
+import Lumen
 
 /// Where an image being loaded for display is: the counterpart of SwiftUI's `AsyncImagePhase`.
 public enum ImagePhase: Sendable {
@@ -21,21 +22,5 @@ public enum ImagePhase: Sendable {
     public var error: ImagePipeline.Error? {
         if case .failure(let error) = self { return error }
         return nil
-    }
-}
-
-extension ImageRequest {
-    /// What makes two requests show the same image, for a view deciding whether to reload:
-    /// the source with the headers that identify the caller (a different `Authorization`
-    /// is a different image), the image ID, the decode size and the processors. The priority
-    /// is not part of it.
-    struct ShownImageIdentity: Hashable, Sendable {
-        let fetch: FetchKey
-        let image: ImageCacheKey
-    }
-
-    /// This request's ``ShownImageIdentity``.
-    var shownImageIdentity: ShownImageIdentity {
-        ShownImageIdentity(fetch: fetchKey, image: RequestCacheKeys.finalMemoryKey(self))
     }
 }
