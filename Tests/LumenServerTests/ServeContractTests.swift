@@ -131,6 +131,25 @@ struct ServeContractTests {
         }
     }
 
+    /// `--allow-host` holds for redirects too: an allowed host that redirects to another host
+    /// is refused (403) before anything is asked of that host; a redirect within allowed hosts
+    /// is followed (a stranger's run found the first served).
+    @Test func aRedirectToAHostNotAllowedIsRefused() async throws {
+        let f = try ServerFixture { $0.allowedHosts = ["localhost"] }
+        f.serveJPEG("/p.jpg", width: 64, height: 48)
+        let port = f.origin.baseURL.port!
+        f.origin.redirect(path: "/away", to: "http://127.0.0.1:\(port)/p.jpg")
+        f.origin.redirect(path: "/within", to: "http://localhost:\(port)/p.jpg")
+        let direct = try await f.get(f.signer.path(options: "w:32", source: "http://127.0.0.1:\(port)/p.jpg"))
+        #expect(direct.status == 403)
+        let away = try await f.get(f.signer.path(options: "w:32", source: "http://localhost:\(port)/away"))
+        #expect(away.status == 403, "\(String(decoding: away.body, as: UTF8.self))")
+        #expect(f.origin.requestCount(for: "/p.jpg") == 0)
+        let within = try await f.get(f.signer.path(options: "w:32", source: "http://localhost:\(port)/within"))
+        #expect(within.status == 200)
+        #expect(f.origin.requestCount(for: "/p.jpg") == 1)
+    }
+
     @Test func autoFormatFollowsAcceptAndVaries() async throws {
         let f = try ServerFixture()
         f.serveJPEG("/p.jpg")

@@ -1,3 +1,5 @@
+import Foundation
+
 /// A CIDR range of IPv4 or IPv6 addresses: `"10.0.0.0/8"`, `"fc00::/7"`, or a bare address
 /// for itself alone (`/32`, `/128`).
 public struct IPAddressRange: Hashable, Sendable, CustomStringConvertible {
@@ -73,9 +75,17 @@ public struct ConnectionPolicy: Sendable {
     /// allowed whatever ``isSpecialPurpose(_:)`` says.
     public var allowedRanges: [IPAddressRange]
 
+    /// Whether a redirect may be followed to a location (resolved against the URL that
+    /// answered); `nil`: to every `http`/`https` location, whose addresses are then checked
+    /// like any other. ``CurlDataLoader`` asks it before following each redirect, and a
+    /// refused one fails the load as ``DataLoader/Error/addressRefused(_:)``, nothing sent to
+    /// that location. A server with a host allowlist checks the hosts of redirects here too.
+    public var allowsRedirect: (@Sendable (URL) -> Bool)?
+
     /// A policy that refuses special-purpose addresses except those in `allowedRanges`.
-    public init(allowing allowedRanges: [IPAddressRange] = []) {
+    public init(allowing allowedRanges: [IPAddressRange] = [], allowsRedirect: (@Sendable (URL) -> Bool)? = nil) {
         self.allowedRanges = allowedRanges
+        self.allowsRedirect = allowsRedirect
     }
 
     /// Whether `address` may be connected to: it is in ``allowedRanges``, or it is not

@@ -242,7 +242,18 @@ extension CurlDataLoader {
             if (100..<200).contains(ended.status), ended.status != 101 {
                 return true  // interim (`100 Continue`, `103 Early Hints`): the real head follows
             }
-            if (300..<400).contains(ended.status), ended.field("Location") != nil {
+            if (300..<400).contains(ended.status), let location = ended.field("Location") {
+                if let allowsRedirect = connectionPolicy?.allowsRedirect {
+                    var effective: UnsafePointer<CChar>?
+                    _ = lumen_curl_easy_getinfo_string(easy, CURLINFO_EFFECTIVE_URL, &effective)
+                    let base = effective.flatMap { URL(string: String(cString: $0)) } ?? request.url
+                    guard let target = URL(string: location, relativeTo: base)?.absoluteURL, allowsRedirect(target) else {
+                        // Named by host only: the location may carry credentials or tokens.
+                        let host = URL(string: location, relativeTo: base)?.absoluteURL.host ?? "an unparsable location"
+                        failure = DataLoader.Error.addressRefused("a redirect to \(host), which the policy does not allow")
+                        return false
+                    }
+                }
                 pendingRedirect = ended  // libcurl follows it, unless it cannot
                 return true
             }

@@ -75,11 +75,15 @@ public final class ImageServer: Sendable {
         } else {
             self.redis = nil
         }
+        // --allow-host holds for every redirect too, not only for the URL asked for.
+        var policy = ConnectionPolicy(allowing: configuration.allowedSourceAddresses)
+        if !configuration.allowedHosts.isEmpty {
+            let hosts = SourcePolicy(allowedHosts: configuration.allowedHosts, localRoot: nil)
+            policy.allowsRedirect = { url in hosts.isAllowed(host: url.host ?? "") }
+        }
         let origin = configuration.dataLoader ?? CurlDataLoader(
             requestTimeout: configuration.sourceTimeout, resourceTimeout: configuration.sourceTimeout,
-            allowsLocalFiles: configuration.localRoot != nil,
-            connectionPolicy: ConnectionPolicy(allowing: configuration.allowedSourceAddresses),
-            maximumRedirects: 5)
+            allowsLocalFiles: configuration.localRoot != nil, connectionPolicy: policy, maximumRedirects: 5)
         var pipelineConfiguration = ImagePipeline.Configuration(
             dataLoader: SharedOriginLoader(base: origin, shared: shared, metrics: metrics))
         if let directory = configuration.cacheDirectory {
