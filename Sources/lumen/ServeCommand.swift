@@ -70,7 +70,11 @@ enum ServeCommand {
         var i = 0
         while i < arguments.count {
             let argument = arguments[i]
-            guard argument.hasPrefix("--") else { throw UsageError("unexpected argument '\(argument)'") }
+            guard argument.hasPrefix("--") else {
+                // As every command says it: a dash is an option this command does not have.
+                throw UsageError(argument.hasPrefix("-") && argument.count > 1
+                    ? "unknown option \(argument)" : "unexpected argument '\(argument)'")
+            }
             var name = String(argument.dropFirst(2))
             var value: String?
             if let eq = name.firstIndex(of: "=") {

@@ -56,6 +56,16 @@ struct ServeCommandTests {
         #expect(try Self.run(["sign", "_"]).0 == 2)
     }
 
+    /// An unknown short option is named as thumbnail and sign name it (a stranger found
+    /// "unexpected argument '-x'" here), and is a usage error.
+    @Test func anUnknownShortOptionIsNamedAsEveryCommandNamesIt() throws {
+        let (status, _, error) = try Self.run(["serve", "-x"])
+        #expect(status == 2)
+        #expect(error.contains("unknown option -x"), "\(error)")
+        let (plainStatus, _, plain) = try Self.run(["serve", "stray"])
+        #expect(plainStatus == 2 && plain.contains("unexpected argument 'stray'"), "\(plain)")
+    }
+
     @Test func serveHelpListsEveryOptionWithItsVariableAndDefault() throws {
         let (status, output, _) = try Self.run(["serve", "--help"])
         #expect(status == 0)
