@@ -87,6 +87,6 @@ let package = Package(
             "Lumen", "LumenUI", "LumenTestSupport", "lumen-cache-probe", "lumen", "LumenConcurrency",
             .target(name: "CLumenTLSProxy", condition: .when(platforms: [.linux])),
         ]),
-        .testTarget(name: "LumenServerTests", dependencies: ["LumenServer", "Lumen", "LumenTestSupport", "lumen", "LumenConcurrency"]),
+        .testTarget(name: "LumenServerTests", dependencies: ["LumenServer", "Lumen", "LumenTestSupport", "lumen"]),
     ] + extraTargets
 )

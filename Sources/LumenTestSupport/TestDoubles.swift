@@ -188,3 +188,20 @@ public final class PipelineEventRecorder: Sendable {
         ready.forEach { $0.resume() }
     }
 }
+
+/// Lines a logger wrote (a pipeline's or a server's `logger`, an access log), collected from
+/// whatever thread writes them, for a test to read or count.
+public final class LogLines: Sendable {
+    private let lines = Mutex<[String]>([])
+
+    public init() {}
+
+    /// Records `line`; pass it as the logger: `configuration.logger = { lines.append($0) }`.
+    public func append(_ line: String) { lines.withLock { $0.append(line) } }
+
+    /// Every line so far, in order.
+    public var all: [String] { lines.withLock { $0 } }
+
+    /// How many lines so far `matches`.
+    public func count(where matches: (String) -> Bool) -> Int { lines.withLock { $0.filter(matches).count } }
+}

@@ -2,7 +2,6 @@ import Foundation
 import Lumen
 @testable import LumenServer
 import LumenTestSupport
-import Synchronization
 import Testing
 
 /// Nodes sharing work through a real redis-server (started here, on loopback, no persistence).
@@ -248,11 +247,4 @@ struct SharedStoreFrameTests {
             #expect(throws: ServerError.self) { try RedisAddress(bad) }
         }
     }
-}
-
-/// Log lines a node wrote, for counting.
-final class LogLines: Sendable {
-    private let lines = Mutex<[String]>([])
-    func append(_ line: String) { lines.withLock { $0.append(line) } }
-    func count(where matches: (String) -> Bool) -> Int { lines.withLock { $0.filter(matches).count } }
 }

@@ -2,7 +2,6 @@ import Foundation
 import Lumen
 import LumenServer
 import LumenTestSupport
-import Synchronization
 import Testing
 
 /// The server's HTTP contract, end to end: a loopback origin, `ImageServer` on an ephemeral
@@ -106,7 +105,7 @@ struct ServeContractTests {
     /// "fetch failed for GET http://user:password@…" lines in both formats).
     @Test(arguments: [ImageServer.Configuration.LogFormat.text, .json])
     func logLinesCarryNoSecretsAndJSONStaysJSON(format: ImageServer.Configuration.LogFormat) async throws {
-        let lines = LockedLogLines()
+        let lines = LogLines()
         let f = try ServerFixture {
             $0.logFormat = format
             $0.logger = { lines.append($0) }
@@ -296,10 +295,4 @@ struct ServeContractTests {
         #expect(try await f.get(f.path("w:30", source: "local:///missing.jpg")).status == 404)
         #expect(try await f.get(f.path("w:30", source: "file://" + root.appendingPathComponent("a.jpg").path)).status == 403)
     }
-}
-
-final class LockedLogLines: Sendable {
-    private let lines = Mutex<[String]>([])
-    func append(_ line: String) { lines.withLock { $0.append(line) } }
-    var all: [String] { lines.withLock { $0 } }
 }

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 @testable import Lumen
 import LumenTestSupport
@@ -25,7 +24,7 @@ struct LogRedactionTests {
     @Test func aFailedLoadIsLoggedOnceWithoutItsSecrets() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
-        let lines = LockedLines()
+        let lines = LogLines()
         let pipeline = ImagePipeline {
             $0.logger = { lines.append($0) }
             $0.imageCache = nil
@@ -38,10 +37,4 @@ struct LogRedactionTests {
         #expect(logged.allSatisfy { $0.hasPrefix("fetch failed") && $0.contains("127.0.0.1") })
         #expect(!logged.joined().contains("pa55word") && !logged.joined().contains("t0k3n") && !logged.joined().contains("alice"))
     }
-}
-
-final class LockedLines: Sendable {
-    private let lines = Mutex<[String]>([])
-    func append(_ line: String) { lines.withLock { $0.append(line) } }
-    var all: [String] { lines.withLock { $0 } }
 }

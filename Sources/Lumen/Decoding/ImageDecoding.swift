@@ -73,9 +73,10 @@ public enum ImageDecoders {
             let decoded = try ImageDecoder.decode(data, options: context.options)
             if decoded.isPartial { throw ImagingError.truncated }
             var container = ImageContainer(image: decoded.bitmap, isPreview: false, format: decoded.statistics.format)
-            if decoded.statistics.format == .gif || decoded.statistics.format == .webp,
-               let frames = try? ImageDecoder.info(for: data).frameCount, frames > 1 {
-                container.sourceFrameCount = frames
+            // The header the decode read counted the frames: no second pass over the file.
+            let statistics = decoded.statistics
+            if statistics.frameCount > 1, statistics.format == .gif || statistics.format == .webp {
+                container.sourceFrameCount = statistics.frameCount
             }
             return container
         }

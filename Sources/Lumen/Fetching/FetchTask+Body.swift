@@ -38,10 +38,8 @@ extension FetchTask {
         /// (``PartialBody``): after a resumed attempt that continued, the whole prefix.
         func continuable(for request: URLRequest) -> PartialBody? {
             state.withLock { state in
-                if let resuming, state.answer == .continues {
-                    let more = state.data.count - resuming.data.count
-                    return more > 0 ? resuming.appending(state.data.suffix(more)) : resuming
-                }
+                // A continuing body starts with the bytes it continues (see `append`).
+                if let resuming, state.answer == .continues { return resuming.grown(to: state.data) }
                 return PartialBody(data: state.data, response: state.response, request: request)
             }
         }

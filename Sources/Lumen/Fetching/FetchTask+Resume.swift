@@ -54,7 +54,7 @@ struct PartialBody: Sendable {
         self.totalLength = declared > 0 ? declared : nil
     }
 
-    /// A partial body grown by `more` bytes of the same representation.
+    /// A partial body of the same representation, now `data` (these bytes and more).
     private init(data: Data, response: HTTPURLResponse, validator: String, totalLength: Int64?) {
         self.data = data
         self.response = response
@@ -62,8 +62,9 @@ struct PartialBody: Sendable {
         self.totalLength = totalLength
     }
 
-    func appending(_ more: Data) -> PartialBody {
-        PartialBody(data: data + more, response: response, validator: validator, totalLength: totalLength)
+    /// These bytes grown to `data`, which starts with them: the same representation, further on.
+    func grown(to data: Data) -> PartialBody {
+        PartialBody(data: data, response: response, validator: validator, totalLength: totalLength)
     }
 
     /// `request` asking for the rest: `Range` from the first missing byte, `If-Range` with the

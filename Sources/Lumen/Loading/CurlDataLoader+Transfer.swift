@@ -247,9 +247,10 @@ extension CurlDataLoader {
                     var effective: UnsafePointer<CChar>?
                     _ = lumen_curl_easy_getinfo_string(easy, CURLINFO_EFFECTIVE_URL, &effective)
                     let base = effective.flatMap { URL(string: String(cString: $0)) } ?? request.url
-                    guard let target = URL(string: location, relativeTo: base)?.absoluteURL, allowsRedirect(target) else {
+                    let target = URL(string: location, relativeTo: base)?.absoluteURL
+                    guard let target, allowsRedirect(target) else {
                         // Named by host only: the location may carry credentials or tokens.
-                        let host = URL(string: location, relativeTo: base)?.absoluteURL.host ?? "an unparsable location"
+                        let host = target?.host ?? "an unparsable location"
                         failure = DataLoader.Error.addressRefused("a redirect to \(host), which the policy does not allow")
                         return false
                     }

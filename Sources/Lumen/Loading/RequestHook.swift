@@ -64,7 +64,7 @@ enum RequestHookRule {
     private static func lowercased(_ headers: [String: String]?) -> [String: String] {
         var result: [String: String] = [:]
         for (name, value) in (headers ?? [:]).sorted(by: { $0.key < $1.key }) {
-            result[name.lowercased(), default: ""] += result[name.lowercased()] == nil ? value : "," + value
+            result[name.lowercased()] = result[name.lowercased()].map { $0 + "," + value } ?? value
         }
         return result
     }

@@ -35,6 +35,8 @@ public struct DecodeStatistics: Sendable, Hashable {
     public var orientation: ImageOrientation
     /// Whether the resampler ran after the codec.
     public var isResampled: Bool
+    /// How many frames the source has (1 for a still image; the decode gave the first).
+    public var frameCount: Int = 1
 
     /// The codec's linear scale against the original, 1 for a full-size decode.
     public var codecScale: Double {
@@ -111,7 +113,7 @@ public enum ImageDecoder {
                 statistics: DecodeStatistics(
                     format: header.format, originalWidth: header.info.width, originalHeight: header.info.height,
                     codecWidth: codecWidth, codecHeight: codecHeight,
-                    orientation: header.orientation, isResampled: isResampled))
+                    orientation: header.orientation, isResampled: isResampled, frameCount: header.frameCount))
         }
     }
 
