@@ -20,7 +20,7 @@ struct SharedTaskSlotTests {
             let stale = task.subscribe(priority: .normal, first.handler)!
             stale.unsubscribe()
             let reused = task.subscribe(priority: .high, second.handler)!
-            #expect(reused.slot == stale.slot) // the freed slot was reused
+            #expect(reused.token.slot == stale.token.slot) // the freed slot was reused
             stale.unsubscribe() // a second leave through the old handle: no effect
             stale.setPriority(.veryLow) // nor a priority change
             #expect(task.priority == .high)
@@ -44,7 +44,7 @@ struct SharedTaskSlotTests {
                 #expect(task.priority == .normal)
                 b.unsubscribe()
                 #expect(task.priority == .veryLow)
-                #expect(a.slot <= 2 && b.slot <= 2, "round \(round): slots are reused")
+                #expect(a.token.slot <= 2 && b.token.slot <= 2, "round \(round): slots are reused")
             }
             task.send(progress: .init(completed: 1, total: 2))
             task.finish(with: 1)

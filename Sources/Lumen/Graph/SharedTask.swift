@@ -38,81 +38,27 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
 
     struct Subscription: TaskSubscription {
         let task: SharedTask<Value>
-        /// The subscriber's slot in the task's list, and its id (which tells it from a later
-        /// subscriber reusing the slot).
-        let slot: Int
-        let id: Int
-        func unsubscribe() { task.unsubscribe(slot: slot, id: id) }
-        func setPriority(_ priority: ImageRequest.Priority) { task.setPriority(priority, slot: slot, id: id) }
-    }
-
-    /// A slot of the subscriber list; `handler` is `nil` once the subscriber left.
-    private struct Subscriber {
-        var id: Int
-        var priority: ImageRequest.Priority
-        var handler: Handler?
-    }
-
-    /// Subscriber slots: slot 0 inline, the others in an array.
-    private struct Slots {
-        private var first: Subscriber?
-        private var others: [Subscriber] = []
-
-        var count: Int { first == nil ? 0 : others.count + 1 }
-
-        /// Adds a slot holding `subscriber`; answers its index.
-        mutating func append(_ subscriber: Subscriber) -> Int {
-            guard first != nil else {
-                first = subscriber
-                return 0
-            }
-            others.append(subscriber)
-            return others.count
-        }
-
-        subscript(slot: Int) -> Subscriber {
-            get { slot == 0 ? first! : others[slot - 1] }
-            set {
-                if slot == 0 { first = newValue } else { others[slot - 1] = newValue }
-            }
-        }
-
-        func forEach(_ body: (Subscriber) -> Void) {
-            guard let first else { return }
-            body(first)
-            others.forEach(body)
-        }
+        let token: SharedTaskState<Handler>.Token
+        func unsubscribe() { task.unsubscribe(token) }
+        func setPriority(_ priority: ImageRequest.Priority) { task.setPriority(priority, for: token) }
     }
 
     let graph: WorkGraph
     let stage: ImagePipeline.Stage
-    /// Subscribers in slots (not a dictionary: joining appends, leaving clears its slot,
-    /// which a later subscriber reuses, so the list never outgrows the most subscribers the
-    /// task had at once). The first slot is inline: most tasks have one subscriber.
-    @exclusivity(unchecked) private var subscribers = Slots()
-    /// Slots cleared by subscribers that left, for reuse.
-    @exclusivity(unchecked) private var freeSlots: [Int] = []
-    @exclusivity(unchecked) private(set) var subscriberCount = 0
-    @exclusivity(unchecked) private var nextID = 0
-    /// Live subscribers per priority level (inline: no array allocated per task).
-    @exclusivity(unchecked) private var priorityCounts = InlineArray<5, Int>(repeating: 0)
-    @exclusivity(unchecked) private(set) var priority = ImageRequest.Priority.veryLow
-    @exclusivity(unchecked) private var isStarted = false
-    @exclusivity(unchecked) private(set) var isDisposed = false
-    /// The latest progress sent, for subscribers that join later.
-    @exclusivity(unchecked) private var lastProgress: ImageTask.Progress?
+    /// The task's life, subscribers and priority: the rules are in ``SharedTaskState``; this
+    /// class performs what its events answer.
+    @exclusivity(unchecked) private var state = SharedTaskState<Handler>()
     /// The queued or running operation of this stage, if any.
     @exclusivity(unchecked) var operation: (queue: WorkQueue, item: WorkQueue.Item)?
     /// The subscription to the stage below, while its result is awaited.
     @exclusivity(unchecked) var dependency: (any TaskSubscription)?
-    /// Whether the task is in its stage's pool, which it leaves when it ends
-    /// (``WorkGraph/removeFromPool(_:)``).
-    @exclusivity(unchecked) var isPooled = false
+    /// The pool the task is in under its key, which it leaves when it ends
+    /// (``WorkGraph/removeFromPool(_:)``); `nil` when it is in none.
+    @exclusivity(unchecked) var pooledUnder: StagePoolKey?
     /// Runs when the task ends (after it left its pool).
     @exclusivity(unchecked) var onDisposed: (() -> Void)?
 
     init(graph: WorkGraph, stage: ImagePipeline.Stage) {
-        assert(ImageRequest.Priority.allCases.count == 5, "SharedTask: one priority count per level")
         self.graph = graph
         self.stage = stage
         // Created under the graph's lock: counted with the critical section's other changes.
@@ -131,110 +77,79 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     /// Starts the work; called once, when the first subscriber arrives.
     func start() { preconditionFailure("SharedTask.start() must be overridden") }
 
+    /// The highest priority among the live subscribers.
+    final var priority: ImageRequest.Priority { state.priority }
+    /// How many subscribers the task has.
+    final var subscriberCount: Int { state.subscriberCount }
+    /// Whether the task has ended (finished, failed or cancelled).
+    final var isDisposed: Bool { state.isEnded }
+
     // MARK: - Subscriptions
 
     /// Subscribes `handler`; returns `nil` if the task has already ended.
     final func subscribe(priority: ImageRequest.Priority, _ handler: @escaping Handler) -> Subscription? {
-        guard !isDisposed else { return nil }
-        nextID += 1
-        let id = nextID
-        let subscriber = Subscriber(id: id, priority: priority, handler: handler)
-        let slot: Int
-        if let free = freeSlots.popLast() {
-            slot = free
-            subscribers[slot] = subscriber
-        } else {
-            slot = subscribers.append(subscriber)
-        }
-        subscriberCount += 1
-        priorityCounts[priority.rawValue] += 1
-        if !isStarted {
-            isStarted = true
-            self.priority = priority
+        let (token, arrival) = state.subscribe(handler, priority: priority)
+        switch arrival {
+        case .refused:
+            return nil
+        case .start:
             graph.count(stage) { $0.started += 1 }
             graph.emit(.started(stage, key: keyDescription))
-            start()
-        } else {
+            start() // may end the task at once (a failure found before any work)
+        case .join(let raised, let replay):
             graph.count(stage) { $0.joined += 1 }
             graph.emit(.joined(stage, key: keyDescription))
-            if priority > self.priority { updatePriority() }
+            if let raised { pushPriority(raised) }
             // A subscriber joining work under way starts from where it is, not from zero.
-            if let lastProgress { handler(.progress(lastProgress)) }
+            if let replay { handler(.progress(replay)) }
         }
-        return isDisposed ? nil : Subscription(task: self, slot: slot, id: id)
+        guard let token, !state.isEnded else { return nil }
+        return Subscription(task: self, token: token)
     }
 
-    /// Whether `slot` holds the live subscriber `id`.
-    private func holds(_ slot: Int, _ id: Int) -> Bool {
-        slot < subscribers.count && subscribers[slot].id == id && subscribers[slot].handler != nil
-    }
-
-    private func unsubscribe(slot: Int, id: Int) {
-        guard !isDisposed, holds(slot, id) else { return }
-        let subscriber = subscribers[slot]
-        subscribers[slot].handler = nil
-        freeSlots.append(slot)
-        subscriberCount -= 1
-        priorityCounts[subscriber.priority.rawValue] -= 1
-        if subscriberCount == 0 {
-            cancel()
-        } else if subscriber.priority == priority {
-            updatePriority()
+    private func unsubscribe(_ token: SharedTaskState<Handler>.Token) {
+        switch state.unsubscribe(token) {
+        case .none: break
+        case .cancel: cancel()
+        case .lowerPriority(let priority): pushPriority(priority)
         }
     }
 
-    private func setPriority(_ priority: ImageRequest.Priority, slot: Int, id: Int) {
-        guard !isDisposed, holds(slot, id) else { return }
-        let old = subscribers[slot].priority
-        guard old != priority else { return }
-        subscribers[slot].priority = priority
-        priorityCounts[old.rawValue] -= 1
-        priorityCounts[priority.rawValue] += 1
-        updatePriority()
+    private func setPriority(_ priority: ImageRequest.Priority, for token: SharedTaskState<Handler>.Token) {
+        if let changed = state.setPriority(priority, for: token) { pushPriority(changed) }
     }
 
-    private func updatePriority() {
-        var level = priorityCounts.count - 1
-        while level > 0 && priorityCounts[level] == 0 { level -= 1 }
-        let newPriority = ImageRequest.Priority(rawValue: level) ?? .veryLow
-        guard newPriority != priority else { return }
-        priority = newPriority
-        if let operation { operation.queue.setPriority(operation.item, newPriority) }
-        dependency?.setPriority(newPriority)
+    /// Gives the queued operation and the dependency the task's new priority.
+    private func pushPriority(_ priority: ImageRequest.Priority) {
+        if let operation { operation.queue.setPriority(operation.item, priority) }
+        dependency?.setPriority(priority)
     }
 
     // MARK: - Outcomes
 
     /// Forwards progress to every subscriber.
     final func send(progress: ImageTask.Progress) {
-        guard !isDisposed else { return }
-        lastProgress = progress
-        let current = subscribers
-        current.forEach { $0.handler?(.progress(progress)) }
+        state.progress(progress)?.forEach { $0(.progress(progress)) }
     }
 
     /// Forwards a progressive preview to every subscriber (see ProgressiveDecoding.swift).
     final func send(preview: Value) {
-        guard !isDisposed else { return }
-        let current = subscribers
-        current.forEach { $0.handler?(.preview(preview)) }
+        state.previewRecipients()?.forEach { $0(.preview(preview)) }
     }
 
     /// Ends the task with `value`, delivered to every subscriber.
     final func finish(with value: Value) {
-        guard !isDisposed else { return }
-        let current = subscribers
+        guard let recipients = state.finish() else { return }
         dispose()
         graph.count(stage) { $0.completed += 1 }
         graph.emit(.completed(stage, key: keyDescription))
-        current.forEach { $0.handler?(.value(value)) }
+        recipients.forEach { $0(.value(value)) }
     }
 
     /// Ends the task with `error`, delivered to every subscriber; the task leaves its pool at
     /// once so that the next request starts fresh.
     final func fail(_ error: ImagePipeline.Error) {
-        guard !isDisposed else { return }
-        let current = subscribers
+        guard let recipients = state.finish() else { return }
         dispose()
         graph.count(stage) { $0.failed += 1 }
         graph.emit(.failed(stage, key: keyDescription, error))
@@ -244,7 +159,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
             let stage = stage, key = keyDescription
             graph.log { "\(stage) failed for \(key): \(error)" }
         }
-        current.forEach { $0.handler?(.failure(error)) }
+        recipients.forEach { $0(.failure(error)) }
     }
 
     /// Whether `error` happened at `stage` rather than below it: a fetch's every failure, a
@@ -257,7 +172,8 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
         }
     }
 
-    /// The last subscriber left: stop the operation, release the dependency.
+    /// The last subscriber left (the state has ended the task): stop the operation, release
+    /// the dependency.
     private func cancel() {
         // Out of its queue at once: a queued operation left there until the lock is released
         // could be started meanwhile by another thread whose item just finished. Only cancelling
@@ -270,18 +186,15 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
         graph.emit(.cancelled(stage, key: keyDescription))
     }
 
+    /// Releases what an ended task holds: its operation, its dependency, its place in the pool.
     private func dispose() {
-        isDisposed = true
-        subscribers = Slots()
-        freeSlots = []
-        subscriberCount = 0
         operation = nil
         let dependency = self.dependency
         self.dependency = nil
         dependency?.unsubscribe()
-        if isPooled {
-            isPooled = false
-            graph.removeFromPool(self)
+        if let pooledUnder {
+            self.pooledUnder = nil
+            graph.removeFromPool(pooledUnder)
         }
         onDisposed?()
         onDisposed = nil

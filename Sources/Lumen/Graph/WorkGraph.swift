@@ -279,15 +279,13 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         request.processors.isEmpty && !caches.hasDataCache && (finalMemoryKey != nil || !caches.hasImageCache)
     }
 
-    /// Removes a task that ended from its stage's pool (see ``SharedTask/isPooled``): a
-    /// check of its class rather than a closure per task. Must hold the lock.
-    func removeFromPool(_ task: AnyObject) {
-        if let task = task as? DecodeTask {
-            decodePool[task.key] = nil
-        } else if let task = task as? FetchTask {
-            fetchPool[task.key] = nil
-        } else if let task = task as? ProcessTask {
-            processPool[task.key] = nil
+    /// Removes a task that ended from the pool it was in (``SharedTask/pooledUnder``). Must
+    /// hold the lock.
+    func removeFromPool(_ key: StagePoolKey) {
+        switch key {
+        case .fetch(let key): fetchPool[key] = nil
+        case .decode(let key): decodePool[key] = nil
+        case .process(let key): processPool[key] = nil
         }
     }
 
@@ -303,7 +301,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         // `DecodeTask.mayBeJoined(by:)`): that one keeps answering the others.
         if configuration.isTaskCoalescingEnabled && decodePool[key] == nil {
             decodePool[key] = task
-            task.isPooled = true
+            task.pooledUnder = .decode(key)
         }
         return task
     }
@@ -346,7 +344,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         if let task = fetchPool[key] { return task }
         let task = FetchTask(graph: self, request: request, key: key, diskKey: diskKey)
         fetchPool[key] = task
-        task.isPooled = true
+        task.pooledUnder = .fetch(key)
         return task
     }
 
@@ -370,10 +368,18 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         // A running task this request may not join keeps its place in the pool.
         if running == nil {
             processPool[key] = task
-            task.isPooled = true
+            task.pooledUnder = .process(key)
         }
         return task
     }
+}
+
+/// Which pool a shared task is in, under which key: the task leaves it by this key when it
+/// ends, and the graph needs to know nothing about the task's class.
+enum StagePoolKey {
+    case fetch(FetchKey)
+    case decode(DecodeKey)
+    case process(ProcessKey)
 }
 
 /// A request at the top of the graph (an ``ImageTask`` or a data request), which
