@@ -36,9 +36,16 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
 
     typealias Handler = (Event) -> Void
 
+    /// A subscriber's handler as the state keeps it: wrapped, because a function value stored
+    /// as a generic parameter itself would be reabstracted (a thunk allocated per subscriber,
+    /// and one more call per delivery).
+    struct Recipient {
+        let handler: Handler
+    }
+
     struct Subscription: TaskSubscription {
         let task: SharedTask<Value>
-        let token: SharedTaskState<Handler>.Token
+        let token: SharedTaskState<Recipient>.Token
         func unsubscribe() { task.unsubscribe(token) }
         func setPriority(_ priority: ImageRequest.Priority) { task.setPriority(priority, for: token) }
     }
@@ -47,7 +54,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     let stage: ImagePipeline.Stage
     /// The task's life, subscribers and priority: the rules are in ``SharedTaskState``; this
     /// class performs what its events answer.
-    @exclusivity(unchecked) private var state = SharedTaskState<Handler>()
+    @exclusivity(unchecked) private var state = SharedTaskState<Recipient>()
     /// The queued or running operation of this stage, if any.
     @exclusivity(unchecked) var operation: (queue: WorkQueue, item: WorkQueue.Item)?
     /// The subscription to the stage below, while its result is awaited.
@@ -88,7 +95,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
 
     /// Subscribes `handler`; returns `nil` if the task has already ended.
     final func subscribe(priority: ImageRequest.Priority, _ handler: @escaping Handler) -> Subscription? {
-        let (token, arrival) = state.subscribe(handler, priority: priority)
+        let (token, arrival) = state.subscribe(Recipient(handler: handler), priority: priority)
         switch arrival {
         case .refused:
             return nil
@@ -107,7 +114,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
         return Subscription(task: self, token: token)
     }
 
-    private func unsubscribe(_ token: SharedTaskState<Handler>.Token) {
+    private func unsubscribe(_ token: SharedTaskState<Recipient>.Token) {
         switch state.unsubscribe(token) {
         case .none: break
         case .cancel: cancel()
@@ -115,7 +122,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
         }
     }
 
-    private func setPriority(_ priority: ImageRequest.Priority, for token: SharedTaskState<Handler>.Token) {
+    private func setPriority(_ priority: ImageRequest.Priority, for token: SharedTaskState<Recipient>.Token) {
         if let changed = state.setPriority(priority, for: token) { pushPriority(changed) }
     }
 
@@ -129,12 +136,12 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
 
     /// Forwards progress to every subscriber.
     final func send(progress: ImageTask.Progress) {
-        state.progress(progress)?.forEach { $0(.progress(progress)) }
+        state.progress(progress)?.forEach { $0.handler(.progress(progress)) }
     }
 
     /// Forwards a progressive preview to every subscriber (see ProgressiveDecoding.swift).
     final func send(preview: Value) {
-        state.previewRecipients()?.forEach { $0(.preview(preview)) }
+        state.previewRecipients()?.forEach { $0.handler(.preview(preview)) }
     }
 
     /// Ends the task with `value`, delivered to every subscriber.
@@ -143,7 +150,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
         dispose()
         graph.count(stage) { $0.completed += 1 }
         graph.emit(.completed(stage, key: keyDescription))
-        recipients.forEach { $0(.value(value)) }
+        recipients.forEach { $0.handler(.value(value)) }
     }
 
     /// Ends the task with `error`, delivered to every subscriber; the task leaves its pool at
@@ -159,7 +166,7 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
             let stage = stage, key = keyDescription
             graph.log { "\(stage) failed for \(key): \(error)" }
         }
-        recipients.forEach { $0(.failure(error)) }
+        recipients.forEach { $0.handler(.failure(error)) }
     }
 
     /// Whether `error` happened at `stage` rather than below it: a fetch's every failure, a

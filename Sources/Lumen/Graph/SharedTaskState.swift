@@ -57,7 +57,7 @@ struct SharedTaskState<Subscriber> {
         /// How many live subscribers it reaches.
         var count: Int { slots.liveCount }
 
-        func forEach(_ body: (Subscriber) -> Void) {
+        @inline(__always) func forEach(_ body: (Subscriber) -> Void) {
             slots.forEach { if let subscriber = $0.subscriber { body(subscriber) } }
         }
     }
@@ -82,12 +82,12 @@ struct SharedTaskState<Subscriber> {
         assert(Priority.allCases.count == 5, "SharedTaskState: one priority count per level")
     }
 
-    var isEnded: Bool { phase == .ended }
+    @inline(__always) var isEnded: Bool { phase == .ended }
 
     // MARK: - Events
 
     /// `subscriber` arrives at `priority`; answers its token (`nil` when refused) and what to do.
-    mutating func subscribe(_ subscriber: Subscriber, priority: Priority) -> (Token?, Arrival) {
+    @inline(__always) mutating func subscribe(_ subscriber: Subscriber, priority: Priority) -> (Token?, Arrival) {
         guard phase != .ended else { return (nil, .refused) }
         nextID += 1
         let entry = Slot(id: nextID, priority: priority, subscriber: subscriber)
@@ -111,7 +111,7 @@ struct SharedTaskState<Subscriber> {
     }
 
     /// The subscriber holding `token` leaves.
-    mutating func unsubscribe(_ token: Token) -> Departure {
+    @inline(__always) mutating func unsubscribe(_ token: Token) -> Departure {
         guard holds(token) else { return .none }
         let left = slots[token.slot]
         slots[token.slot].subscriber = nil
@@ -128,7 +128,7 @@ struct SharedTaskState<Subscriber> {
 
     /// The subscriber holding `token` changes its priority; answers the task's new priority
     /// when it changed.
-    mutating func setPriority(_ priority: Priority, for token: Token) -> Priority? {
+    @inline(__always) mutating func setPriority(_ priority: Priority, for token: Token) -> Priority? {
         guard holds(token) else { return nil }
         let old = slots[token.slot].priority
         guard old != priority else { return nil }
@@ -139,7 +139,7 @@ struct SharedTaskState<Subscriber> {
     }
 
     /// Progress arrived: answers who gets it (`nil` once the task has ended).
-    mutating func progress(_ progress: ImageTask.Progress) -> Recipients? {
+    @inline(__always) mutating func progress(_ progress: ImageTask.Progress) -> Recipients? {
         guard phase != .ended else { return nil }
         lastProgress = progress
         return Recipients(slots: slots)
@@ -147,13 +147,13 @@ struct SharedTaskState<Subscriber> {
 
     /// Who gets a preview (`nil` once the task has ended): previews are not kept for later
     /// subscribers here (the stages that make them keep the newest).
-    func previewRecipients() -> Recipients? {
+    @inline(__always) func previewRecipients() -> Recipients? {
         phase == .ended ? nil : Recipients(slots: slots)
     }
 
     /// The work ended (a value or a failure): answers who gets the outcome, `nil` when the
     /// task had already ended (the outcome is then dropped). Every subscription ends with it.
-    mutating func finish() -> Recipients? {
+    @inline(__always) mutating func finish() -> Recipients? {
         guard phase != .ended else { return nil }
         let recipients = Recipients(slots: slots)
         end()
@@ -162,12 +162,12 @@ struct SharedTaskState<Subscriber> {
 
     // MARK: - Internals
 
-    private func holds(_ token: Token) -> Bool {
+    @inline(__always) private func holds(_ token: Token) -> Bool {
         phase != .ended && token.slot < slots.count && slots[token.slot].id == token.id
             && slots[token.slot].subscriber != nil
     }
 
-    private mutating func end() {
+    @inline(__always) private mutating func end() {
         phase = .ended
         slots = Slots()
         freeSlots = []
@@ -177,7 +177,7 @@ struct SharedTaskState<Subscriber> {
 
     /// Sets ``priority`` to the highest level with a live subscriber; answers it when it
     /// changed.
-    private mutating func recomputePriority() -> Priority? {
+    @inline(__always) private mutating func recomputePriority() -> Priority? {
         var level = priorityCounts.count - 1
         while level > 0 && priorityCounts[level] == 0 { level -= 1 }
         let highest = Priority(rawValue: level) ?? .veryLow
@@ -207,7 +207,7 @@ struct SharedTaskState<Subscriber> {
         }
 
         /// Adds a slot holding `slot`; answers its index.
-        mutating func append(_ slot: Slot) -> Int {
+        @inline(__always) mutating func append(_ slot: Slot) -> Int {
             guard first != nil else {
                 first = slot
                 return 0
@@ -223,7 +223,7 @@ struct SharedTaskState<Subscriber> {
             }
         }
 
-        func forEach(_ body: (Slot) -> Void) {
+        @inline(__always) func forEach(_ body: (Slot) -> Void) {
             guard let first else { return }
             body(first)
             others.forEach(body)
