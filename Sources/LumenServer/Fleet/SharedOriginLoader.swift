@@ -30,14 +30,10 @@ struct SharedOriginLoader: DataLoading {
             return try Self.deliver(entry, url: url, didReceive: didReceive)
         }
         let lockKey = SharedStore.lockKey(key)
-        switch await shared.acquire(lockKey) {
+        switch await shared.acquire(lockKey, for: key, kind: .original) {
+        case .stored(let entry):
+            return try Self.deliver(entry, url: url, didReceive: didReceive)
         case .acquired(let token):
-            // Another node may have fetched, stored and released between the miss above and
-            // this lock: look once more before fetching the source a second time.
-            if let entry = await shared.get(key, kind: .original) {
-                await shared.release(lockKey, token: token)
-                return try Self.deliver(entry, url: url, didReceive: didReceive)
-            }
             do {
                 let (response, body) = try await fetch(request, didReceive: didReceive, keep: true)
                 if let body, let http = response as? HTTPURLResponse, http.statusCode == 200 {

@@ -99,19 +99,30 @@ final class SharedStore: Sendable {
     enum Lock: Sendable {
         /// This node holds it: fetch, store, then ``release(_:token:)``.
         case acquired(token: String)
+        /// Another node stored the value between the caller's miss and this lock (it fetched,
+        /// stored and released meanwhile): use it, the lock is released again.
+        case stored(Entry)
         /// Another node holds it: wait for its value.
         case heldElsewhere
         /// Redis cannot say: fetch without it.
         case unavailable
     }
 
-    func acquire(_ lockKey: String) async -> Lock {
+    /// Takes the fetch lock for the value under `key` (of `kind`), which the caller just
+    /// missed. Once the lock is held the value is looked for again: a node that fetched, stored
+    /// and released between that miss and this lock would otherwise be followed by a second
+    /// fetch of the same source.
+    func acquire(_ lockKey: String, for key: String, kind: Kind) async -> Lock {
         let token = Self.hex(Self.randomBytes(16))
         let reply = await client.command(
             [Data("SET".utf8), Data(lockKey.utf8), Data(token.utf8), Data("NX".utf8), Data("PX".utf8),
              Data(String(lockMilliseconds).utf8)])
         switch reply {
-        case .status?: return .acquired(token: token)
+        case .status?:
+            guard let entry = await peek(key) else { return .acquired(token: token) }
+            metrics.state.withLock { $0.redis.hits[kind.rawValue, default: 0] += 1 }
+            await release(lockKey, token: token)
+            return .stored(entry)
         case .null?: return .heldElsewhere
         default: return .unavailable
         }
