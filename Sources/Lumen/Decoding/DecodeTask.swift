@@ -32,6 +32,7 @@ final class DecodeTask: ImageStageTask, @unchecked Sendable { // state guarded b
     }
 
     override var keyDescription: String { key.description }
+    override var poolKey: StagePoolKey { .decode(key) }
 
     override func startBelow() {
         if let source {

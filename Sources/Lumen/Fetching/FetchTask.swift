@@ -46,6 +46,7 @@ final class FetchTask: SharedTask<FetchedData>, @unchecked Sendable { // state g
     }
 
     override var keyDescription: String { key.description }
+    override var poolKey: StagePoolKey { .fetch(key) }
 
     /// Asks for `.preview` events: the body so far each time a new scan of a progressive JPEG
     /// has arrived (see ProgressiveDecoding.swift). A subscriber joining mid-download enables it

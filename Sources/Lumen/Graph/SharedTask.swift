@@ -59,9 +59,9 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
     @exclusivity(unchecked) var operation: (queue: WorkQueue, item: WorkQueue.Item)?
     /// The subscription to the stage below, while its result is awaited.
     @exclusivity(unchecked) var dependency: (any TaskSubscription)?
-    /// The pool the task is in under its key, which it leaves when it ends
-    /// (``WorkGraph/removeFromPool(_:)``); `nil` when it is in none.
-    @exclusivity(unchecked) var pooledUnder: StagePoolKey?
+    /// Whether the task is in its stage's pool, which it leaves by ``poolKey`` when it ends
+    /// (``WorkGraph/removeFromPool(_:)``).
+    @exclusivity(unchecked) var isPooled = false
     /// Runs when the task ends (after it left its pool).
     @exclusivity(unchecked) var onDisposed: (() -> Void)?
 
@@ -80,6 +80,9 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
 
     /// A description of the stage key for events and logs.
     var keyDescription: String { "" }
+
+    /// The task's pool and key there, for leaving the pool (each stage's subclass says it).
+    var poolKey: StagePoolKey { preconditionFailure("SharedTask.poolKey must be overridden") }
 
     /// Starts the work; called once, when the first subscriber arrives.
     func start() { preconditionFailure("SharedTask.start() must be overridden") }
@@ -199,9 +202,9 @@ class SharedTask<Value: Sendable>: @unchecked Sendable { // state guarded by gra
         let dependency = self.dependency
         self.dependency = nil
         dependency?.unsubscribe()
-        if let pooledUnder {
-            self.pooledUnder = nil
-            graph.removeFromPool(pooledUnder)
+        if isPooled {
+            isPooled = false
+            graph.removeFromPool(poolKey)
         }
         onDisposed?()
         onDisposed = nil

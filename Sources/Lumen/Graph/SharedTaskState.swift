@@ -54,10 +54,7 @@ struct SharedTaskState<Subscriber> {
     struct Recipients {
         fileprivate var slots: Slots
 
-        /// How many live subscribers it reaches.
-        var count: Int { slots.liveCount }
-
-        @inline(__always) func forEach(_ body: (Subscriber) -> Void) {
+        func forEach(_ body: (Subscriber) -> Void) {
             slots.forEach { if let subscriber = $0.subscriber { body(subscriber) } }
         }
     }
@@ -82,12 +79,12 @@ struct SharedTaskState<Subscriber> {
         assert(Priority.allCases.count == 5, "SharedTaskState: one priority count per level")
     }
 
-    @inline(__always) var isEnded: Bool { phase == .ended }
+    var isEnded: Bool { phase == .ended }
 
     // MARK: - Events
 
     /// `subscriber` arrives at `priority`; answers its token (`nil` when refused) and what to do.
-    @inline(__always) mutating func subscribe(_ subscriber: Subscriber, priority: Priority) -> (Token?, Arrival) {
+    mutating func subscribe(_ subscriber: Subscriber, priority: Priority) -> (Token?, Arrival) {
         guard phase != .ended else { return (nil, .refused) }
         nextID += 1
         let entry = Slot(id: nextID, priority: priority, subscriber: subscriber)
@@ -111,7 +108,7 @@ struct SharedTaskState<Subscriber> {
     }
 
     /// The subscriber holding `token` leaves.
-    @inline(__always) mutating func unsubscribe(_ token: Token) -> Departure {
+    mutating func unsubscribe(_ token: Token) -> Departure {
         guard holds(token) else { return .none }
         let left = slots[token.slot]
         slots[token.slot].subscriber = nil
@@ -128,7 +125,7 @@ struct SharedTaskState<Subscriber> {
 
     /// The subscriber holding `token` changes its priority; answers the task's new priority
     /// when it changed.
-    @inline(__always) mutating func setPriority(_ priority: Priority, for token: Token) -> Priority? {
+    mutating func setPriority(_ priority: Priority, for token: Token) -> Priority? {
         guard holds(token) else { return nil }
         let old = slots[token.slot].priority
         guard old != priority else { return nil }
@@ -139,7 +136,7 @@ struct SharedTaskState<Subscriber> {
     }
 
     /// Progress arrived: answers who gets it (`nil` once the task has ended).
-    @inline(__always) mutating func progress(_ progress: ImageTask.Progress) -> Recipients? {
+    mutating func progress(_ progress: ImageTask.Progress) -> Recipients? {
         guard phase != .ended else { return nil }
         lastProgress = progress
         return Recipients(slots: slots)
@@ -147,13 +144,13 @@ struct SharedTaskState<Subscriber> {
 
     /// Who gets a preview (`nil` once the task has ended): previews are not kept for later
     /// subscribers here (the stages that make them keep the newest).
-    @inline(__always) func previewRecipients() -> Recipients? {
+    func previewRecipients() -> Recipients? {
         phase == .ended ? nil : Recipients(slots: slots)
     }
 
     /// The work ended (a value or a failure): answers who gets the outcome, `nil` when the
     /// task had already ended (the outcome is then dropped). Every subscription ends with it.
-    @inline(__always) mutating func finish() -> Recipients? {
+    mutating func finish() -> Recipients? {
         guard phase != .ended else { return nil }
         let recipients = Recipients(slots: slots)
         end()
@@ -162,12 +159,12 @@ struct SharedTaskState<Subscriber> {
 
     // MARK: - Internals
 
-    @inline(__always) private func holds(_ token: Token) -> Bool {
+    private func holds(_ token: Token) -> Bool {
         phase != .ended && token.slot < slots.count && slots[token.slot].id == token.id
             && slots[token.slot].subscriber != nil
     }
 
-    @inline(__always) private mutating func end() {
+    private mutating func end() {
         phase = .ended
         slots = Slots()
         freeSlots = []
@@ -177,7 +174,7 @@ struct SharedTaskState<Subscriber> {
 
     /// Sets ``priority`` to the highest level with a live subscriber; answers it when it
     /// changed.
-    @inline(__always) private mutating func recomputePriority() -> Priority? {
+    private mutating func recomputePriority() -> Priority? {
         var level = priorityCounts.count - 1
         while level > 0 && priorityCounts[level] == 0 { level -= 1 }
         let highest = Priority(rawValue: level) ?? .veryLow
@@ -200,14 +197,8 @@ struct SharedTaskState<Subscriber> {
 
         var count: Int { first == nil ? 0 : others.count + 1 }
 
-        var liveCount: Int {
-            var live = 0
-            forEach { if $0.subscriber != nil { live += 1 } }
-            return live
-        }
-
         /// Adds a slot holding `slot`; answers its index.
-        @inline(__always) mutating func append(_ slot: Slot) -> Int {
+        mutating func append(_ slot: Slot) -> Int {
             guard first != nil else {
                 first = slot
                 return 0
@@ -223,7 +214,7 @@ struct SharedTaskState<Subscriber> {
             }
         }
 
-        @inline(__always) func forEach(_ body: (Slot) -> Void) {
+        func forEach(_ body: (Slot) -> Void) {
             guard let first else { return }
             body(first)
             others.forEach(body)

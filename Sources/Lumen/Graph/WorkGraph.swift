@@ -279,7 +279,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         request.processors.isEmpty && !caches.hasDataCache && (finalMemoryKey != nil || !caches.hasImageCache)
     }
 
-    /// Removes a task that ended from the pool it was in (``SharedTask/pooledUnder``). Must
+    /// Removes a task that ended from the pool it was in (``SharedTask/poolKey``). Must
     /// hold the lock.
     func removeFromPool(_ key: StagePoolKey) {
         switch key {
@@ -301,7 +301,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         // `DecodeTask.mayBeJoined(by:)`): that one keeps answering the others.
         if configuration.isTaskCoalescingEnabled && decodePool[key] == nil {
             decodePool[key] = task
-            task.pooledUnder = .decode(key)
+            task.isPooled = true
         }
         return task
     }
@@ -344,7 +344,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         if let task = fetchPool[key] { return task }
         let task = FetchTask(graph: self, request: request, key: key, diskKey: diskKey)
         fetchPool[key] = task
-        task.pooledUnder = .fetch(key)
+        task.isPooled = true
         return task
     }
 
@@ -368,7 +368,7 @@ final class WorkGraph: @unchecked Sendable { // mutable state guarded by `lock`
         // A running task this request may not join keeps its place in the pool.
         if running == nil {
             processPool[key] = task
-            task.pooledUnder = .process(key)
+            task.isPooled = true
         }
         return task
     }

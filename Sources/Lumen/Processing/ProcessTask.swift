@@ -30,6 +30,7 @@ final class ProcessTask: ImageStageTask, @unchecked Sendable { // state guarded 
     }
 
     override var keyDescription: String { key.description }
+    override var poolKey: StagePoolKey { .process(key) }
 
     override func startBelow() {
         if let prefix = keys.cachedPrefix, prefix.count == processorCount - 1 {
